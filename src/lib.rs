@@ -1,1 +1,12 @@
-//! placeholder
+//! rprof core engine.
+//!
+//! Owns what happens between an intercepted queue write and an output file:
+//! the fixed-size [`record`]s, and the push-model [`sink`] interface that every
+//! output format implements. It must not touch the HSA runtime directly:
+//! everything runtime-facing (API tables, `extern "C"` entry points) lives in
+//! the `tool` crate, so that this crate can be driven by test fixtures and by
+//! the live interceptor through the same path.
+#![deny(missing_docs)]
+
+pub mod record;
+pub mod sink;

@@ -1,0 +1,123 @@
+//! The fixed-size records that flow from the interceptor and the completion
+//! path to the writer thread, and the tables that give them names.
+//!
+//! Every record is `Copy` and has no heap data, so that the hot paths can push
+//! it into a lock-free queue without allocating. Names (kernel symbols, agent
+//! names) live in tables that are filled off the hot path (code-object load,
+//! `OnLoad`) and are looked up by the writer.
+
+/// One finished kernel dispatch, as the completion path saw it.
+///
+/// Times are `CLOCK_BOOTTIME` nanoseconds. `start_ns` and `end_ns` are the
+/// GPU timestamps translated by ROCr and clamped into
+/// `[enqueue_ns, completion_ns]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchRecord {
+    /// Globally unique id linking the kernel to the interceptor call that
+    /// enqueued it (the Perfetto flow id): `pid << 32 | per-process counter`.
+    pub correlation_id: u64,
+    /// Per-process dispatch counter, starting at 1, in enqueue order.
+    pub dispatch_id: u64,
+    /// Index of the GPU agent in the run's agent table.
+    pub agent_index: u32,
+    /// Process-unique queue id (ROCr's `hsa_queue_t::id`).
+    pub queue_id: u64,
+    /// OS thread id of the thread that wrote the packet.
+    pub thread_id: u32,
+    /// The packet's `kernel_object` (address of the kernel descriptor).
+    pub kernel_object: u64,
+    /// Grid size in work-items (x, y, z).
+    pub grid: [u32; 3],
+    /// Work-group size in work-items (x, y, z).
+    pub workgroup: [u16; 3],
+    /// Private (scratch) segment bytes per work-item.
+    pub private_segment_size: u32,
+    /// Group (LDS) segment bytes per work-group.
+    pub group_segment_size: u32,
+    /// When the interceptor saw the packet.
+    pub enqueue_ns: u64,
+    /// Kernel start on the GPU.
+    pub start_ns: u64,
+    /// Kernel end on the GPU.
+    pub end_ns: u64,
+}
+
+/// One call of the queue interceptor on an application thread: the host
+/// side of a batch of dispatches. Drawn as a slice on the thread's track with
+/// a flow to each kernel whose correlation id is in
+/// `first_correlation_id .. first_correlation_id + dispatch_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InterceptRecord {
+    /// OS thread id of the calling thread.
+    pub thread_id: u32,
+    /// Queue the packets were written to.
+    pub queue_id: u64,
+    /// Agent of that queue.
+    pub agent_index: u32,
+    /// Entry into the interceptor.
+    pub begin_ns: u64,
+    /// Return from the interceptor.
+    pub end_ns: u64,
+    /// Correlation id of the first kernel dispatch of the batch.
+    pub first_correlation_id: u64,
+    /// Number of kernel dispatches in the batch (other packets not counted).
+    pub dispatch_count: u32,
+    /// Number of packets of any type in the batch.
+    pub packet_count: u32,
+}
+
+/// Everything the writer thread receives, in one fixed-size enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A finished kernel dispatch.
+    Dispatch(DispatchRecord),
+    /// An interceptor call on an application thread.
+    Intercept(InterceptRecord),
+}
+
+/// A GPU agent as listed in the run's outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    /// Index in enumeration order of GPU agents (0-based).
+    pub index: u32,
+    /// ROCr agent name, e.g. `gfx90a`.
+    pub name: String,
+    /// Marketing / product name.
+    pub product_name: String,
+    /// The agent's `hsa_agent_t` handle (for JSON consumers).
+    pub handle: u64,
+    /// Number of compute units.
+    pub compute_units: u32,
+}
+
+/// Facts about the traced process written once at the start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Executable name (argv\[0\] basename).
+    pub process_name: String,
+    /// Full command line.
+    pub cmdline: Vec<String>,
+    /// Host name.
+    pub hostname: String,
+    /// `CLOCK_BOOTTIME` ns when tracing started.
+    pub start_ns: u64,
+}
+
+/// Counters written at the end of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunMetadata {
+    /// Kernel dispatches recorded (after filters).
+    pub dispatches: u64,
+    /// Dispatches dropped by the include/exclude filters.
+    pub filtered_out: u64,
+    /// Start timestamps moved up to the enqueue time.
+    pub start_clamped: u64,
+    /// End timestamps moved down to the completion time.
+    pub end_clamped: u64,
+    /// Records lost (must be 0; counted rather than hidden).
+    pub records_lost: u64,
+    /// `CLOCK_BOOTTIME` ns when tracing ended.
+    pub end_ns: u64,
+}

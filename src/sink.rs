@@ -1,0 +1,41 @@
+//! The push-model output interface.
+//!
+//! The writer thread drains records from the completion queue and pushes
+//! them, one at a time and in arrival order, into every configured
+//! [`RecordSink`] (Perfetto, CSV, JSON, stats, test collectors). A sink never
+//! sees the whole run at once: it must stream, with memory bounded by what it
+//! chooses to keep (interning tables, lane state), never by the number of
+//! dispatches.
+//!
+//! Call order: [`RecordSink::start`] once, then any interleaving of
+//! [`RecordSink::intercept`] and [`RecordSink::dispatch`], then
+//! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
+//! arrives when it completes, after the intercept record of its batch.
+
+use std::io;
+
+use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+
+/// Names of a dispatch's kernel, resolved by the writer from the kernel
+/// table.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelInfo<'a> {
+    /// Stable per-process id of the kernel symbol (1-based; 0 = unknown).
+    pub kernel_id: u64,
+    /// Name to display: demangled, truncated to the base name if asked.
+    pub display_name: &'a str,
+    /// The symbol name as found in the code object (mangled).
+    pub symbol_name: &'a str,
+}
+
+/// A consumer of trace records. See the module docs for the call order.
+pub trait RecordSink {
+    /// Called once before any record, with the process and its GPU agents.
+    fn start(&mut self, run: &RunInfo, agents: &[AgentInfo]) -> io::Result<()>;
+    /// One interceptor call on an application thread.
+    fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()>;
+    /// One finished kernel dispatch.
+    fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()>;
+    /// Called once after the last record. Flushes and closes.
+    fn finish(&mut self, meta: &RunMetadata) -> io::Result<()>;
+}
