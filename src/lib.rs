@@ -10,3 +10,4 @@
 
 pub mod record;
 pub mod sink;
+pub mod output;

@@ -1,0 +1,6 @@
+//! Output formats. Each is a [`crate::sink::RecordSink`].
+
+pub mod csv;
+pub mod json;
+pub mod perfetto;
+pub mod stats;

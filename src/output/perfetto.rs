@@ -1,0 +1,1 @@
+//! perfetto output (placeholder).

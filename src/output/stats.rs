@@ -1,0 +1,1 @@
+//! stats output (placeholder).
