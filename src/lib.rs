@@ -8,6 +8,8 @@
 //! the live interceptor through the same path.
 #![deny(missing_docs)]
 
+pub mod config;
+pub mod kernels;
+pub mod output;
 pub mod record;
 pub mod sink;
-pub mod output;

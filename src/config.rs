@@ -1,0 +1,443 @@
+//! Trace configuration: the plain struct that the tool library acts on.
+//!
+//! The `rprof` command line is parsed by clap in the `tool` crate and handed
+//! to the traced process through `RPROF_*` environment variables; users of
+//! `HSA_TOOLS_LIB` set the same variables by hand. [`TraceConfig::from_env`]
+//! is the one place that reads them, so the CLI and the library cannot
+//! disagree about a default.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `RPROF_KERNEL_TRACE` | record kernel dispatches | off |
+//! | `RPROF_RPC_TRACE` | trace RPC doorbell waits | off |
+//! | `RPROF_SERIALIZE_KERNELS` | one kernel at a time per GPU | off |
+//! | `RPROF_STATS` | per-kernel statistics at exit | off |
+//! | `RPROF_TRUNCATE_KERNELS` | keep only the base name of kernels | off |
+//! | `RPROF_OUTPUT_DIR` | output directory | `rprof-results` |
+//! | `RPROF_OUTPUT_NAME` | file name stem, with placeholders | `%hostname%/%pid%` |
+//! | `RPROF_OUTPUT_FORMAT` | comma list of `pftrace`, `csv`, `json` | `pftrace,csv` |
+//! | `RPROF_KERNEL_INCLUDE_REGEX` | keep only kernels whose name matches | all |
+//! | `RPROF_KERNEL_EXCLUDE_REGEX` | drop kernels whose name matches | none |
+//!
+//! Booleans accept `1/true/yes/on` and `0/false/no/off`. Placeholders in the
+//! name: `%pid%`, `%ppid%`, `%hostname%`, `%rank%` (from the usual MPI and
+//! Slurm variables), `%env{VAR}%`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+/// Which files to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputFormats {
+    /// `NAME.pftrace`
+    pub pftrace: bool,
+    /// `NAME_kernel_trace.csv`
+    pub csv: bool,
+    /// `NAME_results.json`
+    pub json: bool,
+}
+
+impl OutputFormats {
+    /// Parses a comma-separated list such as `pftrace,csv`.
+    pub fn parse(list: &str) -> Result<Self, ConfigError> {
+        let mut f = OutputFormats {
+            pftrace: false,
+            csv: false,
+            json: false,
+        };
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.to_ascii_lowercase().as_str() {
+                "pftrace" | "perfetto" => f.pftrace = true,
+                "csv" => f.csv = true,
+                "json" => f.json = true,
+                other => {
+                    return Err(ConfigError::new(
+                        "RPROF_OUTPUT_FORMAT",
+                        format!("unknown format `{other}` (expected pftrace, csv or json)"),
+                    ))
+                }
+            }
+        }
+        if !(f.pftrace || f.csv || f.json) {
+            return Err(ConfigError::new(
+                "RPROF_OUTPUT_FORMAT",
+                "no output format given".into(),
+            ));
+        }
+        Ok(f)
+    }
+}
+
+impl Default for OutputFormats {
+    fn default() -> Self {
+        OutputFormats {
+            pftrace: true,
+            csv: true,
+            json: false,
+        }
+    }
+}
+
+/// Everything the tool library needs to know about what to record and where.
+#[derive(Debug, Clone)]
+pub struct TraceConfig {
+    /// Record kernel dispatches.
+    pub kernel_trace: bool,
+    /// Trace RPC doorbell waits.
+    pub rpc_trace: bool,
+    /// Run one traced kernel at a time per GPU agent.
+    pub serialize_kernels: bool,
+    /// Print and write per-kernel statistics at exit.
+    pub stats: bool,
+    /// Show kernels by their base name only.
+    pub truncate_kernels: bool,
+    /// Output directory.
+    pub output_dir: PathBuf,
+    /// Output file stem after placeholder expansion (may contain `/`).
+    pub output_name: String,
+    /// Files to write.
+    pub formats: OutputFormats,
+    /// Keep only kernels whose display name matches.
+    pub kernel_include: Option<Regex>,
+    /// Drop kernels whose display name matches.
+    pub kernel_exclude: Option<Regex>,
+}
+
+/// A configuration value that rprof cannot use. The message names the
+/// variable so the user can fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The environment variable (or option) at fault.
+    pub variable: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(variable: &'static str, message: String) -> Self {
+        ConfigError { variable, message }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.variable, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where the values come from: the process environment in production, a
+/// closure in tests.
+pub trait EnvSource {
+    /// The value of `name`, if set.
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+impl<F: Fn(&str) -> Option<String>> EnvSource for F {
+    fn get(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+/// Facts about the process used to expand output-name placeholders.
+#[derive(Debug, Clone)]
+pub struct ProcessFacts {
+    /// `%pid%`
+    pub pid: u32,
+    /// `%ppid%`
+    pub ppid: u32,
+    /// `%hostname%`
+    pub hostname: String,
+}
+
+impl ProcessFacts {
+    /// Reads them from the running process.
+    pub fn current() -> Self {
+        ProcessFacts {
+            pid: std::process::id(),
+            ppid: std::os::unix::process::parent_id(),
+            hostname: hostname(),
+        }
+    }
+}
+
+/// The host name from `/proc/sys/kernel/hostname` (or `localhost`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Variables that carry a process's MPI rank, in order of preference.
+pub const RANK_VARIABLES: &[&str] = &[
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "MV2_COMM_WORLD_RANK",
+    "SLURM_PROCID",
+];
+
+fn parse_bool(env: &dyn EnvSource, name: &'static str) -> Result<bool, ConfigError> {
+    match env.get(name) {
+        None => Ok(false),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "0" | "false" | "no" | "off" => Ok(false),
+            "1" | "true" | "yes" | "on" => Ok(true),
+            _ => Err(ConfigError::new(
+                name,
+                format!("`{v}` is not a boolean (use 1 or 0)"),
+            )),
+        },
+    }
+}
+
+fn parse_regex(env: &dyn EnvSource, name: &'static str) -> Result<Option<Regex>, ConfigError> {
+    match env.get(name) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => Regex::new(&v)
+            .map(Some)
+            .map_err(|e| ConfigError::new(name, format!("invalid regex: {e}"))),
+    }
+}
+
+/// Expands the output-name placeholders. Unknown `%...%` sequences are an
+/// error, so a typo does not silently become part of a file name.
+pub fn expand_output_name(
+    pattern: &str,
+    facts: &ProcessFacts,
+    env: &dyn EnvSource,
+) -> Result<String, ConfigError> {
+    const VAR: &str = "RPROF_OUTPUT_NAME";
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut rest = pattern;
+    while let Some(start) = rest.find('%') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('%') else {
+            return Err(ConfigError::new(
+                VAR,
+                format!("unterminated placeholder in `{pattern}`"),
+            ));
+        };
+        let key = &after[..end];
+        match key {
+            "pid" => out.push_str(&facts.pid.to_string()),
+            "ppid" => out.push_str(&facts.ppid.to_string()),
+            "hostname" => out.push_str(&facts.hostname),
+            "rank" => {
+                let rank = RANK_VARIABLES.iter().find_map(|v| env.get(v));
+                out.push_str(rank.as_deref().unwrap_or("0"));
+            }
+            _ if key.starts_with("env{") && key.ends_with('}') => {
+                let var = &key[4..key.len() - 1];
+                out.push_str(&env.get(var).unwrap_or_default());
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    VAR,
+                    format!("unknown placeholder `%{key}%` (known: %pid%, %ppid%, %hostname%, %rank%, %env{{VAR}}%)"),
+                ))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    if out.is_empty() || out.split('/').any(|c| c == "..") {
+        return Err(ConfigError::new(
+            VAR,
+            format!("`{pattern}` gives an unusable file name `{out}`"),
+        ));
+    }
+    Ok(out)
+}
+
+impl TraceConfig {
+    /// Reads the configuration of this process. `Ok(None)`: nothing to trace.
+    pub fn from_env() -> Result<Option<TraceConfig>, ConfigError> {
+        Self::from_source(&ProcessEnv, &ProcessFacts::current())
+    }
+
+    /// Reads the configuration from any source (tests).
+    pub fn from_source(
+        env: &dyn EnvSource,
+        facts: &ProcessFacts,
+    ) -> Result<Option<TraceConfig>, ConfigError> {
+        let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")?;
+        let rpc_trace = parse_bool(env, "RPROF_RPC_TRACE")?;
+        let serialize_kernels = parse_bool(env, "RPROF_SERIALIZE_KERNELS")?;
+        let stats = parse_bool(env, "RPROF_STATS")?;
+        let truncate_kernels = parse_bool(env, "RPROF_TRUNCATE_KERNELS")?;
+        let formats = match env.get("RPROF_OUTPUT_FORMAT") {
+            Some(v) => OutputFormats::parse(&v)?,
+            None => OutputFormats::default(),
+        };
+        let kernel_include = parse_regex(env, "RPROF_KERNEL_INCLUDE_REGEX")?;
+        let kernel_exclude = parse_regex(env, "RPROF_KERNEL_EXCLUDE_REGEX")?;
+        let output_dir = PathBuf::from(
+            env.get("RPROF_OUTPUT_DIR")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "rprof-results".into()),
+        );
+        let pattern = env
+            .get("RPROF_OUTPUT_NAME")
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "%hostname%/%pid%".into());
+        let output_name = expand_output_name(&pattern, facts, env)?;
+        if !(kernel_trace || rpc_trace || serialize_kernels || stats) {
+            return Ok(None);
+        }
+        Ok(Some(TraceConfig {
+            // Stats are computed from the kernel trace.
+            kernel_trace: kernel_trace || stats,
+            rpc_trace,
+            serialize_kernels,
+            stats,
+            truncate_kernels,
+            output_dir,
+            output_name,
+            formats,
+            kernel_include,
+            kernel_exclude,
+        }))
+    }
+
+    /// `DIR/NAME<suffix>`, e.g. `output_path("_kernel_trace.csv")`.
+    pub fn output_path(&self, suffix: &str) -> PathBuf {
+        self.output_dir
+            .join(format!("{}{}", self.output_name, suffix))
+    }
+
+    /// Whether a kernel with this display name is kept by the filters.
+    pub fn keeps_kernel(&self, display_name: &str) -> bool {
+        if let Some(inc) = &self.kernel_include {
+            if !inc.is_match(display_name) {
+                return false;
+            }
+        }
+        if let Some(exc) = &self.kernel_exclude {
+            if exc.is_match(display_name) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Creates the parent directory of `path`.
+pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => std::fs::create_dir_all(p),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn facts() -> ProcessFacts {
+        ProcessFacts {
+            pid: 42,
+            ppid: 7,
+            hostname: "node1".into(),
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| map.get(k).cloned()
+    }
+
+    #[test]
+    fn nothing_requested_means_none() {
+        assert!(TraceConfig::from_source(&env(&[]), &facts())
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn defaults() {
+        let c = TraceConfig::from_source(&env(&[("RPROF_KERNEL_TRACE", "1")]), &facts())
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.output_name, "node1/42");
+        assert_eq!(c.output_dir, PathBuf::from("rprof-results"));
+        assert_eq!(
+            c.formats,
+            OutputFormats {
+                pftrace: true,
+                csv: true,
+                json: false
+            }
+        );
+        assert_eq!(
+            c.output_path(".pftrace"),
+            PathBuf::from("rprof-results/node1/42.pftrace")
+        );
+    }
+
+    #[test]
+    fn placeholders_expand() {
+        let e = env(&[("SLURM_PROCID", "3"), ("JOB", "abc")]);
+        let n =
+            expand_output_name("%hostname%-%env{JOB}%/r%rank%_%pid%_%ppid%", &facts(), &e).unwrap();
+        assert_eq!(n, "node1-abc/r3_42_7");
+        let e = env(&[("OMPI_COMM_WORLD_RANK", "5"), ("SLURM_PROCID", "3")]);
+        assert_eq!(expand_output_name("%rank%", &facts(), &e).unwrap(), "5");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = TraceConfig::from_source(&env(&[("RPROF_KERNEL_TRACE", "maybe")]), &facts())
+            .unwrap_err();
+        assert_eq!(err.variable, "RPROF_KERNEL_TRACE");
+        let err = TraceConfig::from_source(
+            &env(&[
+                ("RPROF_KERNEL_TRACE", "1"),
+                ("RPROF_KERNEL_INCLUDE_REGEX", "("),
+            ]),
+            &facts(),
+        )
+        .unwrap_err();
+        assert_eq!(err.variable, "RPROF_KERNEL_INCLUDE_REGEX");
+        let err = expand_output_name("%bogus%", &facts(), &env(&[])).unwrap_err();
+        assert!(err.message.contains("%bogus%"), "{err}");
+        assert!(expand_output_name("../x", &facts(), &env(&[])).is_err());
+        assert!(OutputFormats::parse("csv,xml").is_err());
+    }
+
+    #[test]
+    fn filters() {
+        let c = TraceConfig::from_source(
+            &env(&[
+                ("RPROF_KERNEL_TRACE", "1"),
+                ("RPROF_KERNEL_INCLUDE_REGEX", "^add"),
+                ("RPROF_KERNEL_EXCLUDE_REGEX", "slow"),
+            ]),
+            &facts(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(c.keeps_kernel("add_f32"));
+        assert!(!c.keeps_kernel("mul"));
+        assert!(!c.keeps_kernel("add_slow"));
+    }
+}
