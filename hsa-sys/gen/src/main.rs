@@ -12,7 +12,13 @@ mod checker;
 use std::path::{Path, PathBuf};
 
 /// Flags shared by every bindgen run and by the C++ checker build.
-pub const CLANG_ARGS: &[&str] = &["-x", "c++", "-std=c++14", "-DAMD_INTERNAL_BUILD", "-I/usr/include/hsa"];
+pub const CLANG_ARGS: &[&str] = &[
+    "-x",
+    "c++",
+    "-std=c++14",
+    "-DAMD_INTERNAL_BUILD",
+    "-I/usr/include/hsa",
+];
 
 /// Headers that make up the runtime API module (`hsa.rs`), in include order.
 const HSA_HEADERS: &[&str] = &[
@@ -35,6 +41,7 @@ const HSA_ALLOWLIST: &[&str] = &[
     "amd_.*",
     "AMD_.*",
     ".*ApiTable",
+    ".*ExtTable",
     "ApiTableVersion",
 ];
 
@@ -46,7 +53,10 @@ fn header_banner(sources: &[&str]) -> String {
 }
 
 fn base_builder(wrapper_name: &str, headers: &[&str]) -> bindgen::Builder {
-    let wrapper: String = headers.iter().map(|h| format!("#include <{h}>\n")).collect();
+    let wrapper: String = headers
+        .iter()
+        .map(|h| format!("#include <{h}>\n"))
+        .collect();
     bindgen::Builder::default()
         .header_contents(wrapper_name, &wrapper)
         .clang_args(CLANG_ARGS)
@@ -66,8 +76,8 @@ fn base_builder(wrapper_name: &str, headers: &[&str]) -> bindgen::Builder {
 }
 
 fn generate_hsa() -> String {
-    let mut builder = base_builder("hsa_sys_wrapper.hpp", HSA_HEADERS)
-        .raw_line(header_banner(HSA_HEADERS));
+    let mut builder =
+        base_builder("hsa_sys_wrapper.hpp", HSA_HEADERS).raw_line(header_banner(HSA_HEADERS));
     for pattern in HSA_ALLOWLIST {
         builder = builder.allowlist_type(pattern).allowlist_var(pattern);
     }
@@ -94,14 +104,19 @@ fn replace_repr_align(source: &str) -> String {
     let mut pending_align: Option<u32> = None;
     for line in source.lines() {
         let trimmed = line.trim();
-        if let Some(n) = trimmed.strip_prefix("#[repr(align(").and_then(|r| r.strip_suffix("))]")) {
+        if let Some(n) = trimmed
+            .strip_prefix("#[repr(align(")
+            .and_then(|r| r.strip_suffix("))]"))
+        {
             pending_align = Some(n.parse().expect("numeric repr(align)"));
             continue;
         }
         out.push_str(line);
         out.push('\n');
         if let Some(align) = pending_align {
-            if (trimmed.starts_with("pub struct ") || trimmed.starts_with("pub union ")) && trimmed.ends_with('{') {
+            if (trimmed.starts_with("pub struct ") || trimmed.starts_with("pub union "))
+                && trimmed.ends_with('{')
+            {
                 let int = match align {
                     1 => "u8",
                     2 => "u16",
@@ -115,7 +130,10 @@ fn replace_repr_align(source: &str) -> String {
             }
         }
     }
-    assert!(pending_align.is_none(), "repr(align) not followed by a struct or union");
+    assert!(
+        pending_align.is_none(),
+        "repr(align) not followed by a struct or union"
+    );
     out
 }
 
@@ -129,7 +147,8 @@ fn rustfmt(path: &Path) {
 }
 
 fn write(path: &Path, contents: &str) {
-    std::fs::create_dir_all(path.parent().expect("output path has a parent")).expect("create output dir");
+    std::fs::create_dir_all(path.parent().expect("output path has a parent"))
+        .expect("create output dir");
     std::fs::write(path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     if path.extension().is_some_and(|e| e == "rs") {
         rustfmt(path);
@@ -146,10 +165,21 @@ fn main() {
     let hsakmt = replace_repr_align(&generate_hsakmt());
     write(&crate_dir.join("src/hsa.rs"), &hsa);
     write(&crate_dir.join("src/hsakmt.rs"), &hsakmt);
-    let (cpp, rust) = checker::emit(&[
-        checker::Module { rust_path: "hsa_sys", key: "hsa", source: &hsa },
-        checker::Module { rust_path: "hsa_sys::hsakmt", key: "hsakmt", source: &hsakmt },
-    ], HSA_HEADERS.iter().chain(HSAKMT_HEADERS));
+    let (cpp, rust) = checker::emit(
+        &[
+            checker::Module {
+                rust_path: "hsa_sys",
+                key: "hsa",
+                source: &hsa,
+            },
+            checker::Module {
+                rust_path: "hsa_sys::hsakmt",
+                key: "hsakmt",
+                source: &hsakmt,
+            },
+        ],
+        HSA_HEADERS.iter().chain(HSAKMT_HEADERS),
+    );
     write(&crate_dir.join("tests/layout/layout.cpp"), &cpp);
     write(&crate_dir.join("tests/layout/rust_side.rs"), &rust);
 }
