@@ -1,1 +1,223 @@
-//! stats output (placeholder).
+//! `--stats`: per-kernel calls, total, average, min, max and share of GPU
+//! time, printed on stderr at exit and written to `NAME_kernel_stats.csv`
+//! with rocprofv3's column names.
+//!
+//! Memory is one small entry per distinct kernel, not per dispatch.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use crate::config::ensure_parent;
+use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::sink::{KernelInfo, RecordSink};
+
+/// Accumulated figures of one kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Display name.
+    pub name: String,
+    /// Number of dispatches.
+    pub calls: u64,
+    /// Sum of durations, ns.
+    pub total_ns: u64,
+    /// Shortest, ns.
+    pub min_ns: u64,
+    /// Longest, ns.
+    pub max_ns: u64,
+}
+
+/// Collects per-kernel statistics and reports them at `finish`.
+#[derive(Debug)]
+pub struct StatsSink {
+    path: Option<PathBuf>,
+    print: bool,
+    by_kernel: HashMap<u64, KernelStats>,
+}
+
+impl StatsSink {
+    /// Writes the CSV to `path` (if any) and prints the table on stderr if
+    /// `print`.
+    pub fn new(path: Option<PathBuf>, print: bool) -> Self {
+        StatsSink {
+            path,
+            print,
+            by_kernel: HashMap::new(),
+        }
+    }
+
+    /// The figures, sorted by total time, longest first (ties by name).
+    pub fn sorted(&self) -> Vec<KernelStats> {
+        let mut v: Vec<KernelStats> = self.by_kernel.values().cloned().collect();
+        v.sort_by(|a, b| {
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        v
+    }
+
+    /// Renders the CSV text.
+    pub fn to_csv(&self) -> String {
+        let rows = self.sorted();
+        let grand: u64 = rows.iter().map(|r| r.total_ns).sum();
+        let mut s = String::from("\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\"\n");
+        for r in &rows {
+            s.push_str(&format!(
+                "\"{}\",{},{},{},{:.4},{},{}\n",
+                r.name.replace('"', "\"\""),
+                r.calls,
+                r.total_ns,
+                r.total_ns / r.calls.max(1),
+                share(r.total_ns, grand),
+                r.min_ns,
+                r.max_ns
+            ));
+        }
+        s
+    }
+
+    /// Renders the human table printed on stderr.
+    pub fn to_table(&self) -> String {
+        let rows = self.sorted();
+        let grand: u64 = rows.iter().map(|r| r.total_ns).sum();
+        let width = rows
+            .iter()
+            .map(|r| r.name.len())
+            .max()
+            .unwrap_or(6)
+            .clamp(6, 60);
+        let mut s = format!(
+            "rprof kernel statistics\n{:<width$} {:>9} {:>14} {:>12} {:>12} {:>12} {:>7}\n",
+            "Kernel", "Calls", "Total (ns)", "Avg (ns)", "Min (ns)", "Max (ns)", "GPU %"
+        );
+        for r in &rows {
+            let mut name = r.name.clone();
+            if name.len() > width {
+                let mut cut = width - 3;
+                while !name.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                name.truncate(cut);
+                name.push_str("...");
+            }
+            s.push_str(&format!(
+                "{:<width$} {:>9} {:>14} {:>12} {:>12} {:>12} {:>6.2}%\n",
+                name,
+                r.calls,
+                r.total_ns,
+                r.total_ns / r.calls.max(1),
+                r.min_ns,
+                r.max_ns,
+                share(r.total_ns, grand)
+            ));
+        }
+        s
+    }
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+impl RecordSink for StatsSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn intercept(&mut self, _rec: &InterceptRecord) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {
+        let d = r.end_ns.saturating_sub(r.start_ns);
+        let e = self
+            .by_kernel
+            .entry(k.kernel_id)
+            .or_insert_with(|| KernelStats {
+                name: k.display_name.to_string(),
+                calls: 0,
+                total_ns: 0,
+                min_ns: u64::MAX,
+                max_ns: 0,
+            });
+        e.calls += 1;
+        e.total_ns += d;
+        e.min_ns = e.min_ns.min(d);
+        e.max_ns = e.max_ns.max(d);
+        Ok(())
+    }
+
+    fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+        if self.print {
+            let _ = io::stderr().write_all(self.to_table().as_bytes());
+        }
+        if let Some(p) = &self.path {
+            ensure_parent(p)?;
+            std::fs::write(p, self.to_csv())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(start: u64, end: u64) -> DispatchRecord {
+        DispatchRecord {
+            start_ns: start,
+            end_ns: end,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accumulates_exactly() {
+        let mut s = StatsSink::new(None, false);
+        let a = KernelInfo {
+            kernel_id: 1,
+            display_name: "a",
+            symbol_name: "a",
+        };
+        let b = KernelInfo {
+            kernel_id: 2,
+            display_name: "b",
+            symbol_name: "b",
+        };
+        s.dispatch(&rec(0, 10), &a).unwrap();
+        s.dispatch(&rec(100, 130), &a).unwrap();
+        s.dispatch(&rec(5, 65), &b).unwrap();
+        let v = s.sorted();
+        assert_eq!(
+            v[0],
+            KernelStats {
+                name: "b".into(),
+                calls: 1,
+                total_ns: 60,
+                min_ns: 60,
+                max_ns: 60
+            }
+        );
+        assert_eq!(
+            v[1],
+            KernelStats {
+                name: "a".into(),
+                calls: 2,
+                total_ns: 40,
+                min_ns: 10,
+                max_ns: 30
+            }
+        );
+        let csv = s.to_csv();
+        assert_eq!(
+            csv,
+            "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\"\n\
+             \"b\",1,60,60,60.0000,60,60\n\"a\",2,40,20,40.0000,10,30\n"
+        );
+    }
+}
