@@ -1,0 +1,219 @@
+//! Command-line types of `rprof` and their mapping to plain settings.
+//!
+//! clap parses into [`Cli`]; [`LaunchPlan::from_cli`] turns that into the
+//! environment the traced process gets (`RPROF_*`, `HSA_TOOLS_LIB`,
+//! `LD_LIBRARY_PATH`). Only the plan reaches the launcher, so the library's
+//! view of the configuration ([`rprof_core::config::TraceConfig::from_env`])
+//! is the single source of truth for defaults and validation.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, ValueEnum};
+
+/// Kernel tracer for AMD GPUs (ROCm / HSA).
+#[derive(Debug, Parser)]
+#[command(
+    name = "rprof",
+    version,
+    about = "Kernel tracer for AMD GPUs: runs an app and records every GPU kernel dispatch",
+    after_help = "Examples:\n  rprof --kernel-trace ./app            trace, write rprof-results/<host>/<pid>.pftrace and .csv\n  rprof --kernel-trace --stats -- ./app --app-flag\n  rprof --device emulated -- ./app      run on the emulated GPU, untraced\n\nOpen .pftrace files at https://ui.perfetto.dev"
+)]
+pub struct Cli {
+    /// Tracing options.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// The application and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "APP [ARGS]..."
+    )]
+    pub app: Vec<OsString>,
+}
+
+/// What to record and where.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TraceArgs {
+    /// Record every kernel dispatch (GPU start/end, names, sizes).
+    #[arg(long)]
+    pub kernel_trace: bool,
+    /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).
+    #[arg(long)]
+    pub rpc_trace: bool,
+    /// Run one kernel at a time per GPU (no overlap; slower).
+    #[arg(long)]
+    pub serialize_kernels: bool,
+    /// Per-kernel statistics at exit (stderr and NAME_kernel_stats.csv).
+    #[arg(long)]
+    pub stats: bool,
+    /// Output directory.
+    #[arg(short = 'd', long = "output-directory", value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Output file name stem; placeholders %pid% %ppid% %hostname% %rank% %env{VAR}%.
+    #[arg(short = 'o', long = "output-file", value_name = "NAME")]
+    pub output_name: Option<String>,
+    /// Comma-separated formats: pftrace, csv, json.
+    #[arg(long, value_name = "FORMATS")]
+    pub output_format: Option<String>,
+    /// Keep only kernels whose name matches this regex.
+    #[arg(long, value_name = "RE")]
+    pub kernel_include_regex: Option<String>,
+    /// Drop kernels whose name matches this regex.
+    #[arg(long, value_name = "RE")]
+    pub kernel_exclude_regex: Option<String>,
+    /// Show kernels by their base name (no template or parameter list).
+    #[arg(short = 'T', long)]
+    pub truncate_kernels: bool,
+    /// Which GPU to use.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+}
+
+/// Where the app's GPU work goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Device {
+    /// The real GPU if /dev/kfd exists, else the emulated one.
+    #[default]
+    Auto,
+    /// The real GPU through the installed driver.
+    Native,
+    /// rprof's emulated GPU (a replacement libhsakmt.so.1).
+    Emulated,
+}
+
+/// The environment for the child process, derived from the arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// Variables to set.
+    pub env: Vec<(String, String)>,
+    /// Whether any tracing was asked for (the tool library is needed).
+    pub tracing: bool,
+    /// Use the emulated GPU.
+    pub emulated: bool,
+}
+
+impl LaunchPlan {
+    /// Maps the tracing arguments to `RPROF_*` variables. `kfd_present`
+    /// decides `--device auto`.
+    pub fn from_cli(t: &TraceArgs, kfd_present: bool) -> LaunchPlan {
+        let mut env = Vec::new();
+        let flag = |env: &mut Vec<(String, String)>, on: bool, name: &str| {
+            if on {
+                env.push((name.to_string(), "1".to_string()));
+            }
+        };
+        flag(&mut env, t.kernel_trace, "RPROF_KERNEL_TRACE");
+        flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
+        flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
+        flag(&mut env, t.stats, "RPROF_STATS");
+        flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
+        let mut opt = |v: &Option<String>, name: &str| {
+            if let Some(v) = v {
+                env.push((name.to_string(), v.clone()));
+            }
+        };
+        opt(
+            &t.output_dir
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            "RPROF_OUTPUT_DIR",
+        );
+        opt(&t.output_name, "RPROF_OUTPUT_NAME");
+        opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
+        opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
+        opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
+        let tracing = t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats;
+        let emulated = match t.device {
+            Device::Emulated => true,
+            Device::Native => false,
+            Device::Auto => !kfd_present,
+        };
+        LaunchPlan {
+            env,
+            tracing,
+            emulated,
+        }
+    }
+}
+
+/// Finds a file shipped next to the `rprof` executable (as `cargo build`
+/// lays them out: `target/<profile>/{rprof, librprof_tool.so, libhsakmt.so}`).
+pub fn sibling_of_exe(exe: &Path, name: &str) -> Option<PathBuf> {
+    let dir = exe.parent()?;
+    let candidate = dir.join(name);
+    if candidate.exists() {
+        return Some(candidate);
+    }
+    // `cargo test` runs binaries from target/<profile>/deps sometimes.
+    let up = dir.parent()?.join(name);
+    up.exists().then_some(up)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).unwrap()
+    }
+
+    #[test]
+    fn app_and_its_flags_are_kept_apart() {
+        let c = parse(&[
+            "rprof",
+            "--kernel-trace",
+            "--",
+            "./app",
+            "--kernel-trace",
+            "-x",
+        ]);
+        assert!(c.trace.kernel_trace);
+        assert_eq!(c.app, vec!["./app", "--kernel-trace", "-x"]);
+        let c = parse(&["rprof", "--stats", "./app", "-v"]);
+        assert_eq!(c.app, vec!["./app", "-v"]);
+    }
+
+    #[test]
+    fn plan_maps_every_option() {
+        let c = parse(&[
+            "rprof",
+            "--kernel-trace",
+            "--stats",
+            "-T",
+            "-d",
+            "out",
+            "-o",
+            "run_%pid%",
+            "--output-format",
+            "json",
+            "--kernel-include-regex",
+            "add",
+            "--kernel-exclude-regex",
+            "slow",
+            "--device",
+            "emulated",
+            "app",
+        ]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        assert!(p.tracing && p.emulated);
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("RPROF_KERNEL_TRACE"), Some("1"));
+        assert_eq!(get("RPROF_STATS"), Some("1"));
+        assert_eq!(get("RPROF_TRUNCATE_KERNELS"), Some("1"));
+        assert_eq!(get("RPROF_OUTPUT_DIR"), Some("out"));
+        assert_eq!(get("RPROF_OUTPUT_NAME"), Some("run_%pid%"));
+        assert_eq!(get("RPROF_OUTPUT_FORMAT"), Some("json"));
+        assert_eq!(get("RPROF_KERNEL_INCLUDE_REGEX"), Some("add"));
+        assert_eq!(get("RPROF_KERNEL_EXCLUDE_REGEX"), Some("slow"));
+        assert_eq!(get("RPROF_RPC_TRACE"), None);
+    }
+
+    #[test]
+    fn device_auto_follows_kfd() {
+        let t = TraceArgs::default();
+        assert!(LaunchPlan::from_cli(&t, false).emulated);
+        assert!(!LaunchPlan::from_cli(&t, true).emulated);
+        assert!(!LaunchPlan::from_cli(&t, false).tracing);
+    }
+}
