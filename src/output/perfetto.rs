@@ -1,1 +1,504 @@
-//! perfetto output (placeholder).
+//! `NAME.pftrace`: the run as a Perfetto trace, streamed packet by packet
+//! through [`rprof_perfetto::TraceWriter`]. Layout (see `docs/trace-format.md`):
+//!
+//! ```text
+//! process <name> (pid)                      process track
+//!   <name> / thread <tid>                   one thread track per interceptor thread
+//!     hsa_queue_write                       one slice per InterceptRecord, flow to each kernel
+//! GPU <index> (<agent name>)                custom track per agent
+//!   queue <queue_id>                        custom track per queue
+//!     queue <queue_id>  (lane 0, 1, ...)    child tracks; kernel slices live here
+//! kernels                                   one instant per distinct kernel (static info)
+//! ```
+//!
+//! Records arrive in completion order. Every slice is written as a
+//! BEGIN/END pair at once; trace_processor sorts by timestamp. Slices on one
+//! lane never overlap: a dispatch goes to the lowest lane of its queue whose
+//! last end is ≤ its start (arrival order), else to a new lane. Timestamps
+//! are never moved. State is bounded by threads + queues × lanes + kernels.
+//!
+//! # Safety
+//!
+//! Reading the host clocks for the clock snapshot calls `clock_gettime`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use rprof_perfetto::{
+    AnnotationNameId, Arg, ArgValue, ChildTracksOrdering, ClockReadings, CustomTrack, EventNameId,
+    ProcessTrack, SiblingMergeBehavior, Slice, ThreadTrack, TraceWriter,
+};
+
+use crate::config::ensure_parent;
+use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::sink::{KernelInfo, RecordSink};
+
+/// Name of the slice drawn for each [`InterceptRecord`].
+pub const INTERCEPT_SLICE_NAME: &str = "hsa_queue_write";
+/// Name of the instant carrying [`RunMetadata`] on the process track.
+pub const METADATA_INSTANT_NAME: &str = "rprof run";
+/// Name of the root track holding one instant per distinct kernel.
+pub const KERNEL_TABLE_TRACK_NAME: &str = "kernels";
+
+/// Uuid of the process track. Other tracks get 2, 3, ... in order of first
+/// use, which keeps them one varint byte long on every event.
+const PROCESS_TRACK_UUID: u64 = 1;
+
+/// Which arguments kernel slices carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelArgs {
+    /// Only the name (interned) and the flow from the interceptor call
+    /// (~51 bytes per dispatch). Static per-kernel facts are on the
+    /// `kernels` track; queue, agent and thread follow from the tracks and
+    /// the flow.
+    #[default]
+    Compact,
+    /// Every field of the [`DispatchRecord`] as args (~160 bytes per dispatch).
+    Full,
+}
+
+/// Options of a [`PerfettoSink`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PerfettoOptions {
+    /// Which args kernel slices carry.
+    pub kernel_args: KernelArgs,
+    /// Clock readings for the snapshot at the start; `None` reads the host
+    /// clocks in [`RecordSink::start`]. Tests pass fixed values.
+    pub clocks: Option<ClockReadings>,
+}
+
+/// Interned argument names.
+#[derive(Debug, Clone, Copy)]
+struct ArgNames {
+    queue_id: AnnotationNameId,
+    packet_count: AnnotationNameId,
+    dispatch_count: AnnotationNameId,
+    correlation_id: AnnotationNameId,
+    dispatch_id: AnnotationNameId,
+    kernel_id: AnnotationNameId,
+    kernel_object: AnnotationNameId,
+    symbol_name: AnnotationNameId,
+    grid: [AnnotationNameId; 3],
+    workgroup: [AnnotationNameId; 3],
+    private_segment_size: AnnotationNameId,
+    group_segment_size: AnnotationNameId,
+    enqueue_ns: AnnotationNameId,
+    thread_id: AnnotationNameId,
+}
+
+impl ArgNames {
+    fn intern<W: io::Write>(w: &mut TraceWriter<W>) -> Self {
+        let mut n = |s: &str| w.intern_annotation_name(s);
+        ArgNames {
+            queue_id: n("queue_id"),
+            packet_count: n("packet_count"),
+            dispatch_count: n("dispatch_count"),
+            correlation_id: n("correlation_id"),
+            dispatch_id: n("dispatch_id"),
+            kernel_id: n("kernel_id"),
+            kernel_object: n("kernel_object"),
+            symbol_name: n("symbol_name"),
+            grid: [n("grid.x"), n("grid.y"), n("grid.z")],
+            workgroup: [n("workgroup.x"), n("workgroup.y"), n("workgroup.z")],
+            private_segment_size: n("private_segment_size"),
+            group_segment_size: n("group_segment_size"),
+            enqueue_ns: n("enqueue_ns"),
+            thread_id: n("thread_id"),
+        }
+    }
+}
+
+/// One kernel lane of a queue.
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    uuid: u64,
+    last_end_ns: u64,
+}
+
+#[derive(Debug)]
+struct QueueTracks {
+    uuid: u64,
+    lanes: Vec<Lane>,
+}
+
+/// Everything that exists once `start` has run.
+#[derive(Debug)]
+struct Started {
+    writer: TraceWriter<File>,
+    run: RunInfo,
+    agents: Vec<AgentInfo>,
+    args: ArgNames,
+    intercept_name: EventNameId,
+    next_uuid: u64,
+    threads: HashMap<u32, u64>,
+    agent_tracks: HashMap<u32, u64>,
+    queues: HashMap<(u32, u64), QueueTracks>,
+    /// kernel_id -> interned name (kernel_id 0 is looked up by name).
+    kernels: HashMap<u64, EventNameId>,
+    kernel_table_track: Option<u64>,
+    flow_ids: Vec<u64>,
+    last_ts: u64,
+}
+
+#[derive(Debug)]
+enum State {
+    Created(File),
+    Started(Box<Started>),
+    Finished,
+}
+
+/// Streams the run to a `.pftrace` file. See the module docs for the layout.
+#[derive(Debug)]
+pub struct PerfettoSink {
+    state: State,
+    options: PerfettoOptions,
+}
+
+impl PerfettoSink {
+    /// Creates (truncates) `path` (normally `DIR/NAME.pftrace`) and its
+    /// directory, with default options.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        Self::with_options(path, PerfettoOptions::default())
+    }
+
+    /// Like [`PerfettoSink::create`], with explicit options.
+    pub fn with_options(path: &Path, options: PerfettoOptions) -> io::Result<Self> {
+        ensure_parent(path)?;
+        Ok(PerfettoSink {
+            state: State::Created(File::create(path)?),
+            options,
+        })
+    }
+
+    fn started(&mut self) -> io::Result<&mut Started> {
+        match &mut self.state {
+            State::Started(s) => Ok(s),
+            _ => Err(io::Error::other(
+                "PerfettoSink: record outside start()..finish()",
+            )),
+        }
+    }
+}
+
+fn read_clocks() -> ClockReadings {
+    fn read(clock: libc::clockid_t) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; clock_gettime only
+        // writes it and cannot fail for these builtin clock ids.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+    ClockReadings {
+        boottime_ns: read(libc::CLOCK_BOOTTIME),
+        monotonic_ns: read(libc::CLOCK_MONOTONIC),
+        realtime_ns: read(libc::CLOCK_REALTIME),
+    }
+}
+
+impl Started {
+    fn new_uuid(&mut self) -> u64 {
+        let uuid = self.next_uuid;
+        self.next_uuid += 1;
+        uuid
+    }
+
+    fn thread_track(&mut self, tid: u32, first_ts: u64) -> io::Result<u64> {
+        if let Some(&uuid) = self.threads.get(&tid) {
+            return Ok(uuid);
+        }
+        let uuid = self.new_uuid();
+        let name = if tid == self.run.pid {
+            self.run.process_name.clone()
+        } else {
+            format!("thread {tid}")
+        };
+        self.writer.write_thread_track(&ThreadTrack {
+            uuid,
+            pid: self.run.pid,
+            tid,
+            name: &name,
+            timestamp_ns: first_ts.min(self.run.start_ns),
+        })?;
+        self.threads.insert(tid, uuid);
+        Ok(uuid)
+    }
+
+    fn agent_track(&mut self, agent_index: u32) -> io::Result<u64> {
+        if let Some(&uuid) = self.agent_tracks.get(&agent_index) {
+            return Ok(uuid);
+        }
+        let uuid = self.new_uuid();
+        let name = match self.agents.iter().find(|a| a.index == agent_index) {
+            Some(a) => format!("GPU {} ({})", agent_index, a.name),
+            None => format!("GPU {agent_index}"),
+        };
+        self.writer.write_custom_track(&CustomTrack {
+            child_ordering: Some(ChildTracksOrdering::Chronological),
+            ..CustomTrack::new(uuid, &name)
+        })?;
+        self.agent_tracks.insert(agent_index, uuid);
+        Ok(uuid)
+    }
+
+    /// The lane track for `rec`, creating queue and lane tracks as needed.
+    fn lane_for(&mut self, rec: &DispatchRecord) -> io::Result<u64> {
+        let key = (rec.agent_index, rec.queue_id);
+        if let Some(q) = self.queues.get_mut(&key) {
+            if let Some(lane) = q.lanes.iter_mut().find(|l| l.last_end_ns <= rec.start_ns) {
+                lane.last_end_ns = rec.end_ns;
+                return Ok(lane.uuid);
+            }
+        } else {
+            let parent = self.agent_track(rec.agent_index)?;
+            let uuid = self.new_uuid();
+            let name = format!("queue {}", rec.queue_id);
+            self.writer.write_custom_track(&CustomTrack {
+                parent_uuid: Some(parent),
+                child_ordering: Some(ChildTracksOrdering::Explicit),
+                sibling_merge_behavior: Some(SiblingMergeBehavior::None),
+                ..CustomTrack::new(uuid, &name)
+            })?;
+            self.queues.insert(
+                key,
+                QueueTracks {
+                    uuid,
+                    lanes: Vec::new(),
+                },
+            );
+        }
+        // No free lane: add one, named like its queue so the UI merges them.
+        let uuid = self.new_uuid();
+        let q = self.queues.get_mut(&key).expect("queue inserted above");
+        let rank = q.lanes.len() as i32;
+        q.lanes.push(Lane {
+            uuid,
+            last_end_ns: rec.end_ns,
+        });
+        let parent = q.uuid;
+        let name = format!("queue {}", rec.queue_id);
+        self.writer.write_custom_track(&CustomTrack {
+            parent_uuid: Some(parent),
+            sibling_order_rank: Some(rank),
+            ..CustomTrack::new(uuid, &name)
+        })?;
+        Ok(uuid)
+    }
+
+    /// The interned name of the kernel; the first time, also writes its
+    /// entry on the `kernels` track.
+    fn kernel_name(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+    ) -> io::Result<EventNameId> {
+        if kernel.kernel_id != 0 {
+            if let Some(&iid) = self.kernels.get(&kernel.kernel_id) {
+                return Ok(iid);
+            }
+        }
+        let iid = self.writer.intern_event_name(kernel.display_name);
+        if kernel.kernel_id == 0 {
+            return Ok(iid);
+        }
+        self.kernels.insert(kernel.kernel_id, iid);
+        let track = match self.kernel_table_track {
+            Some(t) => t,
+            None => {
+                let uuid = self.new_uuid();
+                self.writer.write_custom_track(&CustomTrack {
+                    description: Some("one instant per kernel, at its first dispatch"),
+                    ..CustomTrack::new(uuid, KERNEL_TABLE_TRACK_NAME)
+                })?;
+                self.kernel_table_track = Some(uuid);
+                uuid
+            }
+        };
+        let a = self.args;
+        self.writer.write_instant(
+            track,
+            rec.start_ns,
+            iid,
+            &[
+                Arg {
+                    name: a.kernel_id,
+                    value: ArgValue::Uint(kernel.kernel_id),
+                },
+                Arg {
+                    name: a.kernel_object,
+                    value: ArgValue::Pointer(rec.kernel_object),
+                },
+                Arg {
+                    name: a.symbol_name,
+                    value: ArgValue::Str(kernel.symbol_name),
+                },
+            ],
+        )?;
+        Ok(iid)
+    }
+}
+
+impl RecordSink for PerfettoSink {
+    fn start(&mut self, run: &RunInfo, agents: &[AgentInfo]) -> io::Result<()> {
+        let file = match std::mem::replace(&mut self.state, State::Finished) {
+            State::Created(f) => f,
+            _ => return Err(io::Error::other("PerfettoSink::start called twice")),
+        };
+        let mut writer = TraceWriter::new(file);
+        writer.write_clock_snapshot(&self.options.clocks.unwrap_or_else(read_clocks))?;
+        writer.write_process_track(&ProcessTrack {
+            uuid: PROCESS_TRACK_UUID,
+            pid: run.pid,
+            name: &run.process_name,
+            cmdline: &run.cmdline,
+            timestamp_ns: run.start_ns,
+        })?;
+        let args = ArgNames::intern(&mut writer);
+        let intercept_name = writer.intern_event_name(INTERCEPT_SLICE_NAME);
+        self.state = State::Started(Box::new(Started {
+            writer,
+            run: run.clone(),
+            agents: agents.to_vec(),
+            args,
+            intercept_name,
+            next_uuid: PROCESS_TRACK_UUID + 1,
+            threads: HashMap::new(),
+            agent_tracks: HashMap::new(),
+            queues: HashMap::new(),
+            kernels: HashMap::new(),
+            kernel_table_track: None,
+            flow_ids: Vec::new(),
+            last_ts: run.start_ns,
+        }));
+        Ok(())
+    }
+
+    fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()> {
+        let s = self.started()?;
+        let track = s.thread_track(rec.thread_id, rec.begin_ns)?;
+        s.flow_ids.clear();
+        s.flow_ids
+            .extend((0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id + i));
+        let a = s.args;
+        let args = [
+            Arg {
+                name: a.queue_id,
+                value: ArgValue::Uint(rec.queue_id),
+            },
+            Arg {
+                name: a.packet_count,
+                value: ArgValue::Uint(u64::from(rec.packet_count)),
+            },
+            Arg {
+                name: a.dispatch_count,
+                value: ArgValue::Uint(u64::from(rec.dispatch_count)),
+            },
+        ];
+        s.last_ts = s.last_ts.max(rec.end_ns);
+        s.writer.write_slice(&Slice {
+            args: &args,
+            flow_ids: &s.flow_ids,
+            ..Slice::new(track, rec.begin_ns, rec.end_ns, s.intercept_name)
+        })
+    }
+
+    fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()> {
+        let kernel_args = self.options.kernel_args;
+        let s = self.started()?;
+        let name = s.kernel_name(rec, kernel)?;
+        let lane = s.lane_for(rec)?;
+        s.last_ts = s.last_ts.max(rec.end_ns);
+        let flow = [rec.correlation_id];
+        let slice = Slice {
+            terminating_flow_ids: &flow,
+            ..Slice::new(lane, rec.start_ns, rec.end_ns, name)
+        };
+        match kernel_args {
+            KernelArgs::Compact => s.writer.write_slice(&slice),
+            KernelArgs::Full => {
+                let a = s.args;
+                let u = |name, v: u64| Arg {
+                    name,
+                    value: ArgValue::Uint(v),
+                };
+                let args = [
+                    u(a.correlation_id, rec.correlation_id),
+                    u(a.dispatch_id, rec.dispatch_id),
+                    u(a.kernel_id, kernel.kernel_id),
+                    Arg {
+                        name: a.kernel_object,
+                        value: ArgValue::Pointer(rec.kernel_object),
+                    },
+                    u(a.grid[0], u64::from(rec.grid[0])),
+                    u(a.grid[1], u64::from(rec.grid[1])),
+                    u(a.grid[2], u64::from(rec.grid[2])),
+                    u(a.workgroup[0], u64::from(rec.workgroup[0])),
+                    u(a.workgroup[1], u64::from(rec.workgroup[1])),
+                    u(a.workgroup[2], u64::from(rec.workgroup[2])),
+                    u(a.private_segment_size, u64::from(rec.private_segment_size)),
+                    u(a.group_segment_size, u64::from(rec.group_segment_size)),
+                    u(a.enqueue_ns, rec.enqueue_ns),
+                    u(a.queue_id, rec.queue_id),
+                    u(a.thread_id, u64::from(rec.thread_id)),
+                ];
+                s.writer.write_slice(&Slice {
+                    args: &args,
+                    ..slice
+                })
+            }
+        }
+    }
+
+    fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
+        let mut s = match std::mem::replace(&mut self.state, State::Finished) {
+            State::Started(s) => s,
+            _ => return Err(io::Error::other("PerfettoSink::finish without start")),
+        };
+        let ts = if meta.end_ns != 0 {
+            meta.end_ns
+        } else {
+            s.last_ts
+        };
+        let name = s.writer.intern_event_name(METADATA_INSTANT_NAME);
+        let mut n = |k: &str| s.writer.intern_annotation_name(k);
+        let keys = [
+            n("dispatches"),
+            n("filtered_out"),
+            n("start_clamped"),
+            n("end_clamped"),
+            n("records_lost"),
+            n("start_ns"),
+            n("end_ns"),
+            n("hostname"),
+        ];
+        let values = [
+            meta.dispatches,
+            meta.filtered_out,
+            meta.start_clamped,
+            meta.end_clamped,
+            meta.records_lost,
+            s.run.start_ns,
+            meta.end_ns,
+        ];
+        let mut args: Vec<Arg<'_>> = keys
+            .iter()
+            .zip(values)
+            .map(|(&name, v)| Arg {
+                name,
+                value: ArgValue::Uint(v),
+            })
+            .collect();
+        args.push(Arg {
+            name: keys[7],
+            value: ArgValue::Str(&s.run.hostname),
+        });
+        s.writer
+            .write_instant(PROCESS_TRACK_UUID, ts, name, &args)?;
+        s.writer.finish()?;
+        Ok(())
+    }
+}
