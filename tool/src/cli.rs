@@ -9,20 +9,25 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Kernel tracer for AMD GPUs (ROCm / HSA).
 #[derive(Debug, Parser)]
 #[command(
     name = "rprof",
+    args_conflicts_with_subcommands = true,
     version,
     about = "Kernel tracer for AMD GPUs: runs an app and records every GPU kernel dispatch",
-    after_help = "Examples:\n  rprof --kernel-trace ./app            trace, write rprof-results/<host>/<pid>.pftrace and .csv\n  rprof --kernel-trace --stats -- ./app --app-flag\n  rprof --device emulated -- ./app      run on the emulated GPU, untraced\n\nOpen .pftrace files at https://ui.perfetto.dev"
+    after_help = "Examples:\n  rprof --kernel-trace ./app            trace, write rprof-results/<host>/<pid>.pftrace and .csv\n  rprof --kernel-trace --stats -- ./app --app-flag\n  rprof --device emulated -- ./app      run on the emulated GPU, untraced\n  rprof merge a.pftrace b.pftrace -o all.pftrace\n\nOpen .pftrace files at https://ui.perfetto.dev"
 )]
 pub struct Cli {
     /// Tracing options.
     #[command(flatten)]
     pub trace: TraceArgs,
+    /// Subcommand (omit to run an application; `rprof -- merge` runs an app
+    /// named `merge`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The application and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -30,6 +35,20 @@ pub struct Cli {
         value_name = "APP [ARGS]..."
     )]
     pub app: Vec<OsString>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Merge the .pftrace files of several processes into one trace.
+    Merge {
+        /// Input traces.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 /// What to record and where.
@@ -207,6 +226,22 @@ mod tests {
         assert_eq!(get("RPROF_KERNEL_INCLUDE_REGEX"), Some("add"));
         assert_eq!(get("RPROF_KERNEL_EXCLUDE_REGEX"), Some("slow"));
         assert_eq!(get("RPROF_RPC_TRACE"), None);
+    }
+
+    #[test]
+    fn merge_is_a_subcommand_unless_after_dashes() {
+        let c = parse(&[
+            "rprof",
+            "merge",
+            "a.pftrace",
+            "b.pftrace",
+            "-o",
+            "all.pftrace",
+        ]);
+        assert!(matches!(c.command, Some(Command::Merge { ref inputs, .. }) if inputs.len() == 2));
+        let c = parse(&["rprof", "--", "merge", "x"]);
+        assert!(c.command.is_none());
+        assert_eq!(c.app, vec!["merge", "x"]);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! with the application's status (128 + N if it died of signal N).
 
 mod cli;
+mod merge;
 
 use std::ffi::OsString;
 use std::io;
@@ -17,7 +18,7 @@ use std::process::Command;
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
 
-use cli::{sibling_of_exe, Cli, Device, LaunchPlan};
+use cli::{sibling_of_exe, Cli, Command as CliCommand, Device, LaunchPlan};
 
 /// Name of the tool library that `cargo build` puts next to `rprof`.
 const TOOL_LIBRARY: &str = "librprof_tool.so";
@@ -30,6 +31,25 @@ fn main() {
 }
 
 fn run(cli: Cli) -> i32 {
+    if let Some(CliCommand::Merge { inputs, output }) = &cli.command {
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+        return match merge::merge(&inputs, output) {
+            Ok(s) => {
+                eprintln!(
+                    "rprof: wrote {} ({} packets from {} files, {} sequences)",
+                    output.display(),
+                    s.packets,
+                    inputs.len(),
+                    s.sequences
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("rprof: error: merge failed: {e}");
+                1
+            }
+        };
+    }
     if cli.app.is_empty() {
         eprintln!("rprof: error: no application given (usage: rprof [OPTIONS] [--] APP [ARGS]...)");
         return 2;
