@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod engine;
 pub mod kernels;
 pub mod output;
 pub mod record;

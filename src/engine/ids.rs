@@ -1,0 +1,177 @@
+//! Correlation and dispatch ids, the enqueuing thread id and the clock.
+//!
+//! # Safety
+//! Reading `CLOCK_BOOTTIME` and the thread id are libc calls, hence the two
+//! small `unsafe` blocks; nothing else here is unsafe.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Hands out dispatch ids (a per-process counter from 1) and correlation ids
+/// (`pid << 32 | counter`, so that traces of several processes merge without
+/// clashes). One atomic add per interceptor call, however many dispatches
+/// the call carries.
+#[derive(Debug)]
+pub struct IdAllocator {
+    pid_high: u64,
+    next: AtomicU64,
+}
+
+/// A run of consecutive ids reserved by one interceptor call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    pid_high: u64,
+    first_dispatch_id: u64,
+    count: u64,
+}
+
+impl IdRange {
+    /// Dispatch id of the `i`-th dispatch of the range.
+    pub fn dispatch_id(&self, i: u64) -> u64 {
+        debug_assert!(i < self.count);
+        self.first_dispatch_id + i
+    }
+
+    /// Correlation id of the `i`-th dispatch of the range.
+    pub fn correlation_id(&self, i: u64) -> u64 {
+        self.pid_high | (self.dispatch_id(i) & 0xffff_ffff)
+    }
+
+    /// Number of ids in the range.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+impl IdAllocator {
+    /// An allocator for process `pid`.
+    pub fn new(pid: u32) -> Self {
+        IdAllocator {
+            pid_high: u64::from(pid) << 32,
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// Reserves `count` consecutive ids.
+    pub fn reserve(&self, count: u64) -> IdRange {
+        let first = if count == 0 {
+            0
+        } else {
+            self.next.fetch_add(count, Ordering::Relaxed)
+        };
+        IdRange {
+            pid_high: self.pid_high,
+            first_dispatch_id: first,
+            count,
+        }
+    }
+
+    /// Number of dispatch ids handed out so far.
+    pub fn issued(&self) -> u64 {
+        self.next.load(Ordering::Relaxed) - 1
+    }
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds: the clock ROCr translates GPU timestamps
+/// into, and the one every rprof record uses.
+pub fn boottime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on
+    // every Linux rprof supports, and on failure `ts` stays zeroed.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+thread_local! {
+    static THREAD_ID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The calling thread's OS thread id, cached per thread after the first
+/// call (one `gettid` system call per thread).
+pub fn current_thread_id() -> u32 {
+    THREAD_ID.with(|c| {
+        let cached = c.get();
+        if cached != 0 {
+            return cached;
+        }
+        // SAFETY: `gettid` takes no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        c.set(tid);
+        tid
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_consecutive_and_tagged_with_the_pid() {
+        let ids = IdAllocator::new(0x1234);
+        let a = ids.reserve(3);
+        let none = ids.reserve(0);
+        let b = ids.reserve(2);
+        assert!(none.is_empty());
+        assert_eq!((a.dispatch_id(0), a.dispatch_id(2)), (1, 3));
+        assert_eq!(b.dispatch_id(0), 4);
+        assert_eq!(a.correlation_id(1), 0x1234_0000_0002);
+        assert_eq!(b.correlation_id(1), 0x1234_0000_0005);
+        assert_eq!(ids.issued(), 5);
+    }
+
+    #[test]
+    fn ids_are_unique_across_threads() {
+        let ids = std::sync::Arc::new(IdAllocator::new(7));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let ids = ids.clone();
+                std::thread::spawn(move || {
+                    let mut v = Vec::new();
+                    for n in 0..1000u64 {
+                        let r = ids.reserve(n % 3 + 1);
+                        for i in 0..r.len() {
+                            v.push(r.correlation_id(i));
+                        }
+                    }
+                    v
+                })
+            })
+            .collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+        assert_eq!(n as u64, ids.issued());
+    }
+
+    #[test]
+    fn thread_id_is_cached_and_per_thread() {
+        let me = current_thread_id();
+        assert_eq!(me, current_thread_id());
+        let other = std::thread::spawn(current_thread_id).join().unwrap();
+        assert_ne!(me, other);
+        assert!(me > 0 && other > 0);
+    }
+
+    #[test]
+    fn boottime_moves_forward() {
+        let a = boottime_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = boottime_ns();
+        assert!(b >= a + 2_000_000);
+    }
+}

@@ -1,0 +1,507 @@
+//! The tracing engine: from an intercepted queue write to records in the
+//! sinks, without any runtime FFI.
+//!
+//! Data flow (see `docs/architecture.md`):
+//!
+//! 1. The tool's queue interceptor hands each call's packets to
+//!    [`Engine::intercept`]. It builds one [`PacketBatch`]: kernel dispatches
+//!    get ids from the [`IdAllocator`] and a pooled timestamp signal in place
+//!    of the application's completion signal; when the application gave a
+//!    signal, a BARRIER_AND packet with the barrier bit set follows the kernel
+//!    and completes it (device-side forwarding). Every other packet passes
+//!    through untouched. The whole batch goes to the runtime's writer in one
+//!    call, then one [`InterceptRecord`] goes to the writer thread and each
+//!    dispatch becomes an [`InFlight`] entry on a bounded lock-free queue.
+//! 2. One completion thread ([`Engine::run_completion`]) polls the signals of
+//!    the in-flight dispatches through a [`CompletionBackend`], with adaptive
+//!    backoff. For each finished dispatch it reads the GPU timestamps, clamps
+//!    them into `[enqueue, observed completion]`, drops the signal handle
+//!    (which returns it to the pool) and pushes a [`Record`] into the bounded
+//!    record queue, waiting if it is full (never dropping).
+//! 3. One writer thread ([`Engine::run_writer`]) drains the record queue,
+//!    resolves kernel names, applies the include/exclude filters and pushes
+//!    into every [`RecordSink`].
+//!
+//! Nothing on the interceptor path allocates in steady state (batches live in
+//! inline `SmallVec` storage; queues are preallocated) or takes a global lock.
+//! Back-pressure: when the signal pool is empty, the interceptor wakes the
+//! completion thread and waits for a recycled signal; kernels already
+//! submitted finish on the device without the interceptor's help, so the
+//! wait ends. If it lasts longer than [`EngineOptions::pool_wait`], the
+//! dispatch passes through untraced and is counted as lost, so a traced app
+//! can never hang on rprof.
+//!
+//! The runtime-facing side (the signal pool's provider, reading signal values
+//! and dispatch times) is abstracted as [`SignalSource`] and
+//! [`CompletionBackend`], so this module is tested with a simulated device.
+
+mod completion;
+pub mod ids;
+pub mod packet;
+mod wake;
+mod writer;
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use smallvec::SmallVec;
+
+pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
+pub use packet::RawPacket;
+pub use wake::{SleepKind, Wake};
+pub use writer::{KernelFilter, KernelNames, WriterOutcome};
+
+use crate::record::{DispatchRecord, InterceptRecord, Record, RunMetadata};
+
+/// A timestamp signal owned by one in-flight dispatch. Dropping it gives it
+/// back to wherever it came from (the signal pool).
+pub trait DispatchSignal: Send + 'static {
+    /// The raw `hsa_signal_t` handle to put into the packet.
+    fn handle(&self) -> u64;
+}
+
+/// Where the interceptor gets timestamp signals.
+pub trait SignalSource<S: DispatchSignal> {
+    /// A signal with value 1, ready for a packet, or `None` when exhausted.
+    fn try_acquire(&self) -> Option<S>;
+    /// Signals available right now (approximate).
+    fn available(&self) -> usize;
+    /// Total signals the source can have out at once.
+    fn capacity(&self) -> usize;
+}
+
+/// What the completion thread needs from the device side.
+pub trait CompletionBackend: Send + Sync {
+    /// Current value of a signal (relaxed load).
+    fn signal_value(&self, signal: u64) -> i64;
+    /// `(start, end)` of the dispatch that completed `signal` on `agent`, in
+    /// `CLOCK_BOOTTIME` ns, or `None` if the runtime cannot tell.
+    fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)>;
+}
+
+/// One traced queue, shared by the interceptor and the in-flight entries of
+/// its dispatches.
+#[derive(Debug)]
+pub struct QueueContext {
+    /// ROCr's process-unique queue id.
+    pub queue_id: u64,
+    /// Index of the queue's agent in the run's agent table.
+    pub agent_index: u32,
+    /// The agent's `hsa_agent_t` handle (for dispatch-time queries).
+    pub agent_handle: u64,
+    in_flight: AtomicU64,
+}
+
+impl QueueContext {
+    /// A context for a newly created queue.
+    pub fn new(queue_id: u64, agent_index: u32, agent_handle: u64) -> Self {
+        QueueContext {
+            queue_id,
+            agent_index,
+            agent_handle,
+            in_flight: AtomicU64::new(0),
+        }
+    }
+
+    /// Dispatches of this queue submitted and not yet seen complete.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// A dispatch on its way through the device.
+#[derive(Debug)]
+pub struct InFlight<S> {
+    /// Everything but the times, filled at enqueue.
+    pub record: DispatchRecord,
+    /// The queue it was submitted to.
+    pub queue: Arc<QueueContext>,
+    /// The timestamp signal that completes with it.
+    pub signal: S,
+}
+
+/// Inline capacity of a batch's packet list (a kernel and its forwarding
+/// barrier take two).
+pub const BATCH_INLINE_PACKETS: usize = 16;
+/// Inline capacity of a batch's dispatch list.
+pub const BATCH_INLINE_DISPATCHES: usize = 8;
+
+/// The rewritten packets of one interceptor call and the dispatches they
+/// carry. Lives on the interceptor's stack; only batches larger than the
+/// inline capacities (ROCr >= 6 with long submissions) touch the heap.
+#[derive(Debug)]
+pub struct PacketBatch<S> {
+    /// Packets to hand to the runtime's writer, in order.
+    pub packets: SmallVec<[RawPacket; BATCH_INLINE_PACKETS]>,
+    /// The traced dispatches of the batch.
+    pub dispatches: SmallVec<[InFlight<S>; BATCH_INLINE_DISPATCHES]>,
+    /// Kernel dispatches passed through untraced (no signal in time).
+    pub untraced: u32,
+}
+
+/// Tuning of an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Process id used in correlation ids.
+    pub pid: u32,
+    /// Capacity of the in-flight queue (at least the signal pool's capacity).
+    pub max_in_flight: usize,
+    /// Capacity of the record queue between completion and writer threads.
+    pub record_queue: usize,
+    /// Longest the interceptor waits for a free signal before passing a
+    /// dispatch through untraced.
+    pub pool_wait: Duration,
+    /// Longest sleep of the completion thread while dispatches are in flight.
+    pub max_backoff: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            pid: std::process::id(),
+            max_in_flight: 4096,
+            record_queue: 1 << 16,
+            pool_wait: Duration::from_secs(10),
+            max_backoff: Duration::from_millis(1),
+        }
+    }
+}
+
+const RUNNING: u8 = 0;
+const FINALIZING: u8 = 1;
+const STOP_COMPLETION: u8 = 2;
+const STOP_WRITER: u8 = 3;
+
+/// Counters that end up in [`RunMetadata`].
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    /// Start timestamps clamped.
+    pub start_clamped: AtomicU64,
+    /// End timestamps clamped.
+    pub end_clamped: AtomicU64,
+    /// Dispatches or records that could not be recorded.
+    pub lost: AtomicU64,
+    /// Dispatches completed and handed to the writer.
+    pub completed: AtomicU64,
+}
+
+/// The shared state of a tracing session. See the module docs.
+#[derive(Debug)]
+pub struct Engine<S> {
+    options: EngineOptions,
+    ids: IdAllocator,
+    pending: ArrayQueue<InFlight<S>>,
+    in_flight: AtomicU64,
+    records: ArrayQueue<Record>,
+    completion_wake: Wake,
+    writer_wake: Wake,
+    counters: EngineCounters,
+    state: AtomicU8,
+}
+
+impl<S: DispatchSignal> Engine<S> {
+    /// A new engine; start [`Engine::run_completion`] and
+    /// [`Engine::run_writer`] on threads of their own.
+    pub fn new(options: EngineOptions) -> Self {
+        Engine {
+            ids: IdAllocator::new(options.pid),
+            pending: ArrayQueue::new(options.max_in_flight.max(1)),
+            in_flight: AtomicU64::new(0),
+            records: ArrayQueue::new(options.record_queue.max(2)),
+            completion_wake: Wake::new(),
+            writer_wake: Wake::new(),
+            counters: EngineCounters::default(),
+            state: AtomicU8::new(RUNNING),
+            options,
+        }
+    }
+
+    /// The options the engine was made with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// Dispatches submitted and not yet seen complete.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// The engine's counters.
+    pub fn counters(&self) -> &EngineCounters {
+        &self.counters
+    }
+
+    /// Dispatch ids handed out so far.
+    pub fn dispatches_issued(&self) -> u64 {
+        self.ids.issued()
+    }
+
+    /// Whether new work is still traced (false once finalization began).
+    pub fn is_tracing(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// Counts `n` records or dispatches that could not be recorded.
+    pub fn count_lost(&self, n: u64) {
+        self.counters.lost.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Builds the batch for one interceptor call: see the module docs.
+    /// `now_ns` is the enqueue time, `thread_id` the calling thread.
+    pub fn build_batch(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        source: &dyn SignalSource<S>,
+        now_ns: u64,
+        thread_id: u32,
+    ) -> (PacketBatch<S>, IdRange) {
+        let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count() as u64;
+        let ids = self.ids.reserve(kernels);
+        let mut batch = PacketBatch {
+            packets: SmallVec::new(),
+            dispatches: SmallVec::new(),
+            untraced: 0,
+        };
+        let mut signals = self.acquire_signals(kernels as usize, source).into_iter();
+        let mut k = 0u64;
+        for p in packets {
+            if !p.is_kernel_dispatch() {
+                batch.packets.push(*p);
+                continue;
+            }
+            let i = k;
+            k += 1;
+            let Some(signal) = signals.next() else {
+                batch.untraced += 1;
+                batch.packets.push(*p);
+                continue;
+            };
+            let mut kernel = *p;
+            kernel.set_completion_signal(signal.handle());
+            batch.packets.push(kernel);
+            let app_signal = p.completion_signal();
+            if app_signal != 0 {
+                batch.packets.push(RawPacket::forwarding_barrier(
+                    app_signal,
+                    p.release_fence_scope(),
+                ));
+            }
+            batch.dispatches.push(InFlight {
+                record: DispatchRecord {
+                    correlation_id: ids.correlation_id(i),
+                    dispatch_id: ids.dispatch_id(i),
+                    agent_index: queue.agent_index,
+                    queue_id: queue.queue_id,
+                    thread_id,
+                    kernel_object: p.kernel_object(),
+                    grid: p.grid_size(),
+                    workgroup: p.workgroup_size(),
+                    private_segment_size: p.private_segment_size(),
+                    group_segment_size: p.group_segment_size(),
+                    enqueue_ns: now_ns,
+                    start_ns: 0,
+                    end_ns: 0,
+                },
+                queue: queue.clone(),
+                signal,
+            });
+        }
+        (batch, ids)
+    }
+
+    /// The whole interceptor call: builds the batch, hands all its packets to
+    /// `write` exactly once, then records the call and publishes the
+    /// dispatches to the completion thread. Once finalization has begun,
+    /// packets pass through untouched.
+    pub fn intercept(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        if !self.is_tracing() || !packets.iter().any(|p| p.is_kernel_dispatch()) {
+            write(packets);
+            return;
+        }
+        let begin_ns = boottime_ns();
+        let thread_id = current_thread_id();
+        let (batch, ids) = self.build_batch(queue, packets, source, begin_ns, thread_id);
+        let traced = batch.dispatches.len() as u64;
+        // Count before the device can possibly finish them.
+        queue.in_flight.fetch_add(traced, Ordering::AcqRel);
+        let before = self.in_flight.fetch_add(traced, Ordering::AcqRel);
+        write(&batch.packets);
+        let end_ns = boottime_ns();
+        if batch.untraced > 0 {
+            self.count_lost(u64::from(batch.untraced));
+        }
+        self.push_record_from_app_thread(Record::Intercept(InterceptRecord {
+            thread_id,
+            queue_id: queue.queue_id,
+            agent_index: queue.agent_index,
+            begin_ns,
+            end_ns,
+            first_correlation_id: if ids.is_empty() {
+                0
+            } else {
+                ids.correlation_id(0)
+            },
+            dispatch_count: ids.len() as u32,
+            packet_count: packets.len() as u32,
+        }));
+        for entry in batch.dispatches {
+            let mut entry = entry;
+            // Capacity >= signal pool size, so this succeeds unless the
+            // completion thread is far behind; then wait for it.
+            let deadline = Instant::now() + self.options.pool_wait;
+            loop {
+                match self.pending.push(entry) {
+                    Ok(()) => break,
+                    Err(back) if Instant::now() < deadline => {
+                        entry = back;
+                        self.completion_wake.notify();
+                        std::thread::yield_now();
+                    }
+                    Err(back) => {
+                        // Cannot track it: its signal is gone with it, and
+                        // nobody will ever complete its record.
+                        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        self.count_lost(1);
+                        drop(back);
+                        break;
+                    }
+                }
+            }
+        }
+        if self.completion_wake.is_sleeping()
+            && (before == 0
+                || self.completion_wake.is_parked()
+                || source.available() < source.capacity() / 4)
+        {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// `count` free signals for one batch, all or nothing while the wait
+    /// lasts: a call that cannot get them all gives back what it took and
+    /// waits for the completion thread to recycle, so that interceptors of
+    /// several queues never deadlock each holding part of the pool. After
+    /// [`EngineOptions::pool_wait`] it returns what it has (the rest of the
+    /// batch passes through untraced).
+    fn acquire_signals(
+        &self,
+        count: usize,
+        source: &dyn SignalSource<S>,
+    ) -> SmallVec<[S; BATCH_INLINE_DISPATCHES]> {
+        let mut got: SmallVec<[S; BATCH_INLINE_DISPATCHES]> = SmallVec::new();
+        let mut start: Option<Instant> = None;
+        let mut rounds = 0u32;
+        loop {
+            while got.len() < count {
+                match source.try_acquire() {
+                    Some(s) => got.push(s),
+                    None => break,
+                }
+            }
+            if got.len() == count {
+                return got;
+            }
+            let started = *start.get_or_insert_with(Instant::now);
+            if started.elapsed() >= self.options.pool_wait || !self.is_tracing() {
+                return got;
+            }
+            // A batch larger than the pool can never be served whole; keep
+            // what it has and wait for more.
+            if count <= source.capacity() {
+                got.clear();
+            }
+            self.completion_wake.notify();
+            if rounds < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            rounds += 1;
+        }
+    }
+
+    fn push_record_from_app_thread(&self, rec: Record) {
+        if self.records.push(rec).is_ok() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let mut rec = rec;
+        loop {
+            self.writer_wake.notify();
+            std::thread::yield_now();
+            match self.records.push(rec) {
+                Ok(()) => return,
+                Err(back) if Instant::now() < deadline => rec = back,
+                Err(_) => {
+                    self.count_lost(1);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Stops tracing new work, waits up to `timeout` for the dispatches in
+    /// flight, and asks the completion thread to finish. Returns the
+    /// dispatches still in flight when it gave up.
+    pub fn begin_shutdown(&self, timeout: Duration) -> u64 {
+        let _ =
+            self.state
+                .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
+        let deadline = Instant::now() + timeout;
+        while self.in_flight() > 0 && Instant::now() < deadline {
+            self.completion_wake.notify();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let left = self.in_flight();
+        self.state.fetch_max(STOP_COMPLETION, Ordering::AcqRel);
+        self.completion_wake.notify();
+        left
+    }
+
+    /// Tells the writer that no more records will come (call after the
+    /// completion thread has returned).
+    pub fn stop_writer(&self) {
+        self.state.fetch_max(STOP_WRITER, Ordering::AcqRel);
+        self.writer_wake.notify();
+    }
+
+    /// The run's counters so far, as [`RunMetadata`] (the writer fills
+    /// `dispatches` and `filtered_out`).
+    pub fn metadata(&self) -> RunMetadata {
+        RunMetadata {
+            dispatches: 0,
+            filtered_out: 0,
+            start_clamped: self.counters.start_clamped.load(Ordering::Relaxed),
+            end_clamped: self.counters.end_clamped.load(Ordering::Relaxed),
+            records_lost: self.counters.lost.load(Ordering::Relaxed),
+            end_ns: boottime_ns(),
+        }
+    }
+}
+
+/// Clamps a dispatch's `(start, end)` into `[enqueue, observed]` with
+/// `start <= end`. Returns the times and whether start and end moved.
+pub fn clamp_times(
+    enqueue_ns: u64,
+    observed_ns: u64,
+    times: Option<(u64, u64)>,
+) -> ((u64, u64), bool, bool) {
+    let hi = observed_ns.max(enqueue_ns);
+    let (start, end) = times.unwrap_or((0, u64::MAX));
+    let s = start.clamp(enqueue_ns, hi);
+    let e = end.clamp(s, hi);
+    ((s, e), s != start, e != end)
+}
+
+#[cfg(test)]
+mod tests;

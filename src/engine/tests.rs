@@ -1,0 +1,517 @@
+//! Engine tests against a simulated device: a thread that executes the
+//! packets the interceptor writes, with a small signal pool so that
+//! back-pressure is exercised.
+
+use super::*;
+use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo};
+use crate::sink::{KernelInfo, RecordSink};
+use hsa_sys::{
+    HSA_PACKET_HEADER_TYPE, HSA_PACKET_TYPE_BARRIER_AND, HSA_PACKET_TYPE_KERNEL_DISPATCH,
+};
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::Mutex;
+
+const SIGNALS: usize = 4096;
+
+/// Signal table shared by the fake pool, the fake device and the app.
+#[derive(Debug)]
+struct Signals {
+    value: Vec<AtomicI64>,
+    start: Vec<AtomicU64>,
+    end: Vec<AtomicU64>,
+}
+
+impl Signals {
+    fn new() -> Arc<Self> {
+        Arc::new(Signals {
+            value: (0..SIGNALS).map(|_| AtomicI64::new(1)).collect(),
+            start: (0..SIGNALS).map(|_| AtomicU64::new(0)).collect(),
+            end: (0..SIGNALS).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+    fn idx(h: u64) -> usize {
+        (h - 1) as usize
+    }
+}
+
+struct FakePool {
+    signals: Arc<Signals>,
+    free: Arc<ArrayQueue<u64>>,
+    cap: usize,
+}
+
+#[derive(Debug)]
+struct FakeSignal {
+    handle: u64,
+    signals: Arc<Signals>,
+    free: Arc<ArrayQueue<u64>>,
+}
+
+impl DispatchSignal for FakeSignal {
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+}
+
+impl Drop for FakeSignal {
+    fn drop(&mut self) {
+        self.signals.value[Signals::idx(self.handle)].store(1, Ordering::SeqCst);
+        self.free.push(self.handle).unwrap();
+    }
+}
+
+impl FakePool {
+    /// Pool signals are handles `1..=cap`; app signals live above.
+    fn new(signals: Arc<Signals>, cap: usize) -> Self {
+        let free = Arc::new(ArrayQueue::new(cap));
+        for h in 1..=cap as u64 {
+            free.push(h).unwrap();
+        }
+        FakePool { signals, free, cap }
+    }
+}
+
+impl SignalSource<FakeSignal> for FakePool {
+    fn try_acquire(&self) -> Option<FakeSignal> {
+        self.free.pop().map(|handle| FakeSignal {
+            handle,
+            signals: self.signals.clone(),
+            free: self.free.clone(),
+        })
+    }
+    fn available(&self) -> usize {
+        self.free.len()
+    }
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+}
+
+struct FakeBackend {
+    signals: Arc<Signals>,
+}
+
+impl CompletionBackend for FakeBackend {
+    fn signal_value(&self, signal: u64) -> i64 {
+        self.signals.value[Signals::idx(signal)].load(Ordering::Acquire)
+    }
+    fn dispatch_time(&self, _agent: u64, signal: u64) -> Option<(u64, u64)> {
+        let i = Signals::idx(signal);
+        Some((
+            self.signals.start[i].load(Ordering::Acquire),
+            self.signals.end[i].load(Ordering::Acquire),
+        ))
+    }
+}
+
+/// A one-queue-for-all in-order device: runs each packet after the previous.
+struct FakeDevice {
+    ring: Mutex<VecDeque<RawPacket>>,
+    signals: Arc<Signals>,
+    stop: AtomicBool,
+    kernels: AtomicU64,
+    barriers: AtomicU64,
+}
+
+impl FakeDevice {
+    fn run(&self) {
+        loop {
+            let p = self.ring.lock().unwrap().pop_front();
+            let Some(p) = p else {
+                if self.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::yield_now();
+                continue;
+            };
+            if p.is_kernel_dispatch() {
+                let start = boottime_ns();
+                let end = start + 500;
+                self.kernels.fetch_add(1, Ordering::SeqCst);
+                let s = p.completion_signal();
+                if s != 0 {
+                    let i = Signals::idx(s);
+                    self.signals.start[i].store(start, Ordering::SeqCst);
+                    self.signals.end[i].store(end, Ordering::SeqCst);
+                    while boottime_ns() < end {
+                        std::hint::spin_loop();
+                    }
+                    self.signals.value[i].fetch_sub(1, Ordering::SeqCst);
+                }
+            } else if p.packet_type() == HSA_PACKET_TYPE_BARRIER_AND {
+                self.barriers.fetch_add(1, Ordering::SeqCst);
+                let s = p.completion_signal();
+                if s != 0 {
+                    self.signals.value[Signals::idx(s)].fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Collected {
+    started: bool,
+    intercepts: Vec<InterceptRecord>,
+    dispatches: Vec<(DispatchRecord, String)>,
+    finished: Option<RunMetadata>,
+}
+
+struct CollectSink(Arc<Mutex<Collected>>);
+
+impl RecordSink for CollectSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        self.0.lock().unwrap().started = true;
+        Ok(())
+    }
+    fn intercept(&mut self, rec: &InterceptRecord) -> std::io::Result<()> {
+        self.0.lock().unwrap().intercepts.push(*rec);
+        Ok(())
+    }
+    fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> std::io::Result<()> {
+        self.0
+            .lock()
+            .unwrap()
+            .dispatches
+            .push((*rec, kernel.display_name.to_string()));
+        Ok(())
+    }
+    fn finish(&mut self, meta: &RunMetadata) -> std::io::Result<()> {
+        self.0.lock().unwrap().finished = Some(*meta);
+        Ok(())
+    }
+}
+
+struct Names;
+impl KernelNames for Names {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>)) {
+        let name = format!("kernel_{kernel_object:x}");
+        f(&KernelInfo {
+            kernel_id: kernel_object,
+            display_name: &name,
+            symbol_name: &name,
+        });
+    }
+}
+
+fn kernel_packet(kernel_object: u64, completion_signal: u64) -> RawPacket {
+    let mut p = RawPacket::ZERO;
+    let header = (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE) as u16;
+    p.bytes[0..2].copy_from_slice(&header.to_le_bytes());
+    p.bytes[4..6].copy_from_slice(&64u16.to_le_bytes());
+    p.bytes[12..16].copy_from_slice(&4096u32.to_le_bytes());
+    p.bytes[32..40].copy_from_slice(&kernel_object.to_le_bytes());
+    p.set_completion_signal(completion_signal);
+    p
+}
+
+fn other_packet() -> RawPacket {
+    RawPacket::forwarding_barrier(0, 0)
+}
+
+struct Harness {
+    engine: Arc<Engine<FakeSignal>>,
+    device: Arc<FakeDevice>,
+    signals: Arc<Signals>,
+    pool: Arc<FakePool>,
+    collected: Arc<Mutex<Collected>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    writer: Option<std::thread::JoinHandle<WriterOutcome>>,
+}
+
+impl Harness {
+    fn new(pool_size: usize, filter: KernelFilter) -> Self {
+        let signals = Signals::new();
+        let pool = Arc::new(FakePool::new(signals.clone(), pool_size));
+        let engine = Arc::new(Engine::new(EngineOptions {
+            pid: 42,
+            max_in_flight: pool_size,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            max_backoff: Duration::from_micros(500),
+        }));
+        let device = Arc::new(FakeDevice {
+            ring: Mutex::new(VecDeque::new()),
+            signals: signals.clone(),
+            stop: AtomicBool::new(false),
+            kernels: AtomicU64::new(0),
+            barriers: AtomicU64::new(0),
+        });
+        let collected = Arc::new(Mutex::new(Collected::default()));
+        let mut threads = Vec::new();
+        let d = device.clone();
+        threads.push(std::thread::spawn(move || d.run()));
+        let (e, b) = (
+            engine.clone(),
+            FakeBackend {
+                signals: signals.clone(),
+            },
+        );
+        threads.push(std::thread::spawn(move || e.run_completion(&b)));
+        let (e, c) = (engine.clone(), collected.clone());
+        let writer = std::thread::spawn(move || {
+            let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
+            let mut filter = filter;
+            e.run_writer(
+                &mut sinks,
+                &mut Names,
+                &mut filter,
+                &RunInfo::default(),
+                &[],
+            )
+        });
+        Harness {
+            engine,
+            device,
+            signals,
+            pool,
+            collected,
+            threads,
+            writer: Some(writer),
+        }
+    }
+
+    fn submit(&self, queue: &Arc<QueueContext>, packets: &[RawPacket]) {
+        let mut writes = 0;
+        self.engine.intercept(queue, packets, &*self.pool, |out| {
+            writes += 1;
+            self.device.ring.lock().unwrap().extend(out.iter().copied());
+        });
+        assert_eq!(writes, 1, "the writer must be called exactly once");
+    }
+
+    fn finish(mut self) -> (WriterOutcome, Collected, Arc<FakeDevice>) {
+        let left = self.engine.begin_shutdown(Duration::from_secs(20));
+        assert_eq!(left, 0);
+        self.device.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+        self.engine.stop_writer();
+        let outcome = self.writer.take().unwrap().join().unwrap();
+        let collected = std::mem::take(&mut *self.collected.lock().unwrap());
+        (outcome, collected, self.device.clone())
+    }
+}
+
+#[test]
+fn every_dispatch_is_recorded_once_across_threads_with_a_tiny_pool() {
+    const THREADS: u64 = 4;
+    const CALLS: u64 = 300;
+    let h = Arc::new(Harness::new(8, KernelFilter::default()));
+    let app_base = 1000u64;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let q = Arc::new(QueueContext::new(100 + t, t as u32, 0));
+                let app_signal = app_base + t;
+                for n in 0..CALLS {
+                    // Mixed batches: 1..3 kernels, some with the app's own
+                    // signal, plus a non-kernel packet now and then.
+                    let k = n % 3 + 1;
+                    let mut pkts: Vec<RawPacket> = Vec::new();
+                    for j in 0..k {
+                        let sig = if j == k - 1 && n % 2 == 0 {
+                            app_signal
+                        } else {
+                            0
+                        };
+                        if sig != 0 {
+                            h.signals.value[Signals::idx(sig)].store(1, Ordering::SeqCst);
+                        }
+                        pkts.push(kernel_packet(0x1000 * (j + 1), sig));
+                    }
+                    if n % 5 == 0 {
+                        pkts.push(other_packet());
+                    }
+                    h.submit(&q, &pkts);
+                    if n % 2 == 0 {
+                        // The app waits on its own signal: must complete.
+                        let t0 = Instant::now();
+                        while h.signals.value[Signals::idx(app_signal)].load(Ordering::SeqCst) > 0 {
+                            assert!(
+                                t0.elapsed() < Duration::from_secs(20),
+                                "app signal never completed"
+                            );
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+                q
+            })
+        })
+        .collect();
+    let queues: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let h = Arc::try_unwrap(h).ok().expect("workers are done");
+    let pool = h.pool.clone();
+    let (outcome, got, device) = h.finish();
+    assert_eq!(pool.available(), 8, "every pooled signal came back");
+    let per_thread: u64 = (0..CALLS).map(|n| n % 3 + 1).sum();
+    let expected = THREADS * per_thread;
+    assert_eq!(got.dispatches.len() as u64, expected);
+    assert_eq!(outcome.metadata.dispatches, expected);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(got.intercepts.len() as u64, THREADS * CALLS);
+    assert!(got.started && got.finished.is_some());
+    assert_eq!(device.kernels.load(Ordering::SeqCst), expected);
+    // One forwarding barrier per kernel with an app signal, plus the others.
+    let forwarded = THREADS * (CALLS / 2);
+    let others = THREADS * (0..CALLS).filter(|n| n % 5 == 0).count() as u64;
+    assert_eq!(device.barriers.load(Ordering::SeqCst), forwarded + others);
+    let corr: HashSet<u64> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| d.correlation_id)
+        .collect();
+    let disp: HashSet<u64> = got.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    assert_eq!(corr.len() as u64, expected);
+    assert_eq!(disp, (1..=expected).collect::<HashSet<u64>>());
+    for (d, name) in &got.dispatches {
+        assert_eq!(d.correlation_id >> 32, 42);
+        assert!(
+            d.enqueue_ns <= d.start_ns && d.start_ns <= d.end_ns,
+            "{d:?}"
+        );
+        assert_eq!(d.grid, [4096, 0, 0]);
+        assert_eq!(d.workgroup[0], 64);
+        assert_eq!(name, &format!("kernel_{:x}", d.kernel_object));
+        assert!(queues.iter().any(|q| q.queue_id == d.queue_id));
+    }
+    for q in &queues {
+        assert_eq!(q.in_flight(), 0);
+    }
+    // Intercept records point at their dispatches.
+    let total: u64 = got
+        .intercepts
+        .iter()
+        .map(|i| u64::from(i.dispatch_count))
+        .sum();
+    assert_eq!(total, expected);
+    for i in &got.intercepts {
+        assert!(i.begin_ns <= i.end_ns);
+        assert!(corr.contains(&i.first_correlation_id));
+    }
+}
+
+#[test]
+fn non_kernel_batches_pass_through_untouched() {
+    let h = Harness::new(4, KernelFilter::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let pkts = [other_packet(), RawPacket::forwarding_barrier(1234, 2)];
+    let mut seen = Vec::new();
+    h.engine
+        .intercept(&q, &pkts, &*h.pool, |out| seen.extend_from_slice(out));
+    assert_eq!(seen, pkts);
+    let (outcome, got, _) = h.finish();
+    assert!(got.intercepts.is_empty());
+    assert_eq!(outcome.metadata.dispatches, 0);
+}
+
+#[test]
+fn rewrite_keeps_order_and_forwards_the_app_signal() {
+    let h = Harness::new(4, KernelFilter::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let pkts = [
+        kernel_packet(0x10, 0),
+        other_packet(),
+        kernel_packet(0x20, 3000),
+    ];
+    h.signals.value[Signals::idx(3000)].store(1, Ordering::SeqCst);
+    let mut seen = Vec::new();
+    h.engine.intercept(&q, &pkts, &*h.pool, |out| {
+        seen.extend_from_slice(out);
+        h.device.ring.lock().unwrap().extend(out.iter().copied());
+    });
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[0].kernel_object(), 0x10);
+    assert!(seen[0].completion_signal() >= 1 && seen[0].completion_signal() <= 4);
+    assert_eq!(seen[1], other_packet());
+    assert_eq!(seen[2].kernel_object(), 0x20);
+    assert_ne!(seen[2].completion_signal(), 3000);
+    assert_eq!(seen[3].packet_type(), HSA_PACKET_TYPE_BARRIER_AND);
+    assert!(seen[3].barrier_bit());
+    assert_eq!(seen[3].completion_signal(), 3000);
+    let (_, got, _) = h.finish();
+    assert_eq!(got.dispatches.len(), 2);
+}
+
+#[test]
+fn large_batches_work() {
+    let h = Harness::new(256, KernelFilter::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let pkts: Vec<RawPacket> = (0..200).map(|i| kernel_packet(0x100 + i, 0)).collect();
+    h.submit(&q, &pkts);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 200);
+    assert_eq!(got.intercepts.len(), 1);
+    assert_eq!(got.intercepts[0].dispatch_count, 200);
+    assert_eq!(got.intercepts[0].packet_count, 200);
+}
+
+#[test]
+fn filters_apply_to_the_trace() {
+    let filter = KernelFilter::new(
+        Some(Regex::new("kernel_(1|2)").unwrap()),
+        Some(Regex::new("_2").unwrap()),
+    );
+    let h = Harness::new(16, filter);
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    for i in 0..30u64 {
+        h.submit(&q, &[kernel_packet(i % 3 + 1, 0)]);
+    }
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 10);
+    assert_eq!(outcome.metadata.filtered_out, 20);
+    assert!(got.dispatches.iter().all(|(_, n)| n == "kernel_1"));
+}
+
+use regex::Regex;
+
+#[test]
+fn clamping() {
+    // In range: untouched.
+    assert_eq!(
+        clamp_times(10, 100, Some((20, 30))),
+        ((20, 30), false, false)
+    );
+    // Start before enqueue, end after observation.
+    assert_eq!(
+        clamp_times(10, 100, Some((5, 150))),
+        ((10, 100), true, true)
+    );
+    // End before start.
+    assert_eq!(
+        clamp_times(10, 100, Some((50, 40))),
+        ((50, 50), false, true)
+    );
+    // No times at all.
+    assert_eq!(clamp_times(10, 100, None), ((10, 100), true, true));
+}
+
+#[test]
+fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
+    // A pool nobody refills: dispatches wait `pool_wait`, then go untraced
+    // and are counted as lost; the app is never stuck.
+    let engine: Engine<FakeSignal> = Engine::new(EngineOptions {
+        pid: 1,
+        max_in_flight: 4,
+        record_queue: 16,
+        pool_wait: Duration::from_millis(30),
+        max_backoff: Duration::from_millis(1),
+    });
+    let signals = Signals::new();
+    let pool = FakePool::new(signals, 1);
+    let held = pool.try_acquire().unwrap();
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let pkt = kernel_packet(1, 0);
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    engine.intercept(&q, &[pkt], &pool, |o| out.extend_from_slice(o));
+    assert!(t0.elapsed() >= Duration::from_millis(30));
+    assert_eq!(out, [pkt]);
+    assert_eq!(engine.counters().lost.load(Ordering::SeqCst), 1);
+    assert_eq!(engine.in_flight(), 0);
+    drop(held);
+}

@@ -1,0 +1,161 @@
+//! The writer thread: drains records into the sinks.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use regex::Regex;
+
+use super::{DispatchSignal, Engine, SleepKind, STOP_WRITER};
+use crate::record::{AgentInfo, Record, RunInfo, RunMetadata};
+use crate::sink::{KernelInfo, RecordSink};
+
+/// How long an idle writer sleeps before looking again (it is woken early
+/// when the record queue fills up).
+const WRITER_IDLE: Duration = Duration::from_millis(2);
+
+/// Kernel names as the writer needs them.
+pub trait KernelNames {
+    /// Calls `f` with the names of the kernel at `kernel_object` (an unknown
+    /// kernel gets `kernel_id` 0 and a placeholder name).
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>));
+}
+
+/// The `--kernel-include-regex` / `--kernel-exclude-regex` filters, matched
+/// against the display name, with the verdict cached per kernel object.
+#[derive(Debug, Default)]
+pub struct KernelFilter {
+    include: Option<Regex>,
+    exclude: Option<Regex>,
+    verdicts: HashMap<u64, bool>,
+}
+
+impl KernelFilter {
+    /// A filter keeping kernels that match `include` (all if `None`) and do
+    /// not match `exclude`.
+    pub fn new(include: Option<Regex>, exclude: Option<Regex>) -> Self {
+        KernelFilter {
+            include,
+            exclude,
+            verdicts: HashMap::new(),
+        }
+    }
+
+    /// Whether the kernel is kept.
+    pub fn keeps(&mut self, kernel_object: u64, kernel: &KernelInfo<'_>) -> bool {
+        if self.include.is_none() && self.exclude.is_none() {
+            return true;
+        }
+        if kernel.kernel_id != 0 {
+            if let Some(v) = self.verdicts.get(&kernel_object) {
+                return *v;
+            }
+        }
+        let name = kernel.display_name;
+        let v = self.include.as_ref().is_none_or(|re| re.is_match(name))
+            && !self.exclude.as_ref().is_some_and(|re| re.is_match(name));
+        if kernel.kernel_id != 0 {
+            self.verdicts.insert(kernel_object, v);
+        }
+        v
+    }
+}
+
+/// What the writer did, for the run metadata and the caller's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterOutcome {
+    /// Metadata as passed to every sink's `finish`.
+    pub metadata: RunMetadata,
+    /// Sink calls that failed (each failing sink is disabled after its
+    /// first error).
+    pub sink_errors: u64,
+}
+
+impl<S: DispatchSignal> Engine<S> {
+    /// The writer loop: `start` on every sink, then every record in arrival
+    /// order, then `finish` with the run metadata once
+    /// [`Engine::stop_writer`] was called and the queue is empty. A sink that
+    /// fails is reported once on stderr and skipped from then on.
+    pub fn run_writer(
+        &self,
+        sinks: &mut [Box<dyn RecordSink + Send>],
+        names: &mut dyn KernelNames,
+        filter: &mut KernelFilter,
+        run: &RunInfo,
+        agents: &[AgentInfo],
+    ) -> WriterOutcome {
+        let mut failed = vec![false; sinks.len()];
+        let mut errors = 0u64;
+        let mut report = |i: usize, failed: &mut Vec<bool>, what: &str, e: std::io::Error| {
+            errors += 1;
+            if !failed[i] {
+                eprintln!("rprof: output {i} failed in {what}: {e}; it is disabled for the rest of the run");
+                failed[i] = true;
+            }
+        };
+        for (i, sink) in sinks.iter_mut().enumerate() {
+            if let Err(e) = sink.start(run, agents) {
+                report(i, &mut failed, "start", e);
+            }
+        }
+        let mut dispatches = 0u64;
+        let mut filtered_out = 0u64;
+        loop {
+            let mut got = false;
+            while let Some(rec) = self.records.pop() {
+                got = true;
+                match rec {
+                    Record::Intercept(r) => {
+                        for (i, sink) in sinks.iter_mut().enumerate() {
+                            if !failed[i] {
+                                if let Err(e) = sink.intercept(&r) {
+                                    report(i, &mut failed, "intercept", e);
+                                }
+                            }
+                        }
+                    }
+                    Record::Dispatch(d) => {
+                        names.with_kernel(d.kernel_object, &mut |k| {
+                            if !filter.keeps(d.kernel_object, k) {
+                                filtered_out += 1;
+                                return;
+                            }
+                            dispatches += 1;
+                            for (i, sink) in sinks.iter_mut().enumerate() {
+                                if !failed[i] {
+                                    if let Err(e) = sink.dispatch(&d, k) {
+                                        report(i, &mut failed, "dispatch", e);
+                                    }
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+            if got {
+                continue;
+            }
+            if self.state.load(Ordering::Acquire) >= STOP_WRITER && self.records.is_empty() {
+                break;
+            }
+            self.writer_wake.sleep(SleepKind::Parked, WRITER_IDLE, || {
+                self.records.len() * 2 >= self.records.capacity()
+                    || self.state.load(Ordering::Acquire) >= STOP_WRITER
+            });
+        }
+        let mut metadata = self.metadata();
+        metadata.dispatches = dispatches;
+        metadata.filtered_out = filtered_out;
+        for (i, sink) in sinks.iter_mut().enumerate() {
+            if !failed[i] {
+                if let Err(e) = sink.finish(&metadata) {
+                    report(i, &mut failed, "finish", e);
+                }
+            }
+        }
+        WriterOutcome {
+            metadata,
+            sink_errors: errors,
+        }
+    }
+}
