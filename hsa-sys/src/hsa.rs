@@ -4660,3 +4660,1069 @@ impl Default for HsaApiTable {
         }
     }
 }
+
+// Named types of the API table entries (the `Option` payload of each `*_fn` field).
+/// Entry `CoreApiTable::hsa_init_fn`.
+pub type hsa_init_fn_t = unsafe extern "C" fn() -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_shut_down_fn`.
+pub type hsa_shut_down_fn_t = unsafe extern "C" fn() -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_system_get_info_fn`.
+pub type hsa_system_get_info_fn_t =
+    unsafe extern "C" fn(arg1: hsa_system_info_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_system_extension_supported_fn`.
+pub type hsa_system_extension_supported_fn_t =
+    unsafe extern "C" fn(arg1: u16, arg2: u16, arg3: u16, arg4: *mut bool) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_system_get_extension_table_fn`.
+pub type hsa_system_get_extension_table_fn_t = unsafe extern "C" fn(
+    arg1: u16,
+    arg2: u16,
+    arg3: u16,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_iterate_agents_fn`.
+pub type hsa_iterate_agents_fn_t = unsafe extern "C" fn(
+    arg1: ::core::option::Option<
+        unsafe extern "C" fn(arg1: hsa_agent_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t,
+    >,
+    arg2: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_get_info_fn`.
+pub type hsa_agent_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_agent_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_queue_create_fn`.
+pub type hsa_queue_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: u32,
+    arg3: hsa_queue_type32_t,
+    arg4: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_status_t,
+            arg2: *mut hsa_queue_t,
+            arg3: *mut ::core::ffi::c_void,
+        ),
+    >,
+    arg5: *mut ::core::ffi::c_void,
+    arg6: u32,
+    arg7: u32,
+    arg8: *mut *mut hsa_queue_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_soft_queue_create_fn`.
+pub type hsa_soft_queue_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_region_t,
+    arg2: u32,
+    arg3: hsa_queue_type32_t,
+    arg4: u32,
+    arg5: hsa_signal_t,
+    arg6: *mut *mut hsa_queue_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_queue_destroy_fn`.
+pub type hsa_queue_destroy_fn_t = unsafe extern "C" fn(arg1: *mut hsa_queue_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_queue_inactivate_fn`.
+pub type hsa_queue_inactivate_fn_t = unsafe extern "C" fn(arg1: *mut hsa_queue_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_queue_load_read_index_scacquire_fn`.
+pub type hsa_queue_load_read_index_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t) -> u64;
+/// Entry `CoreApiTable::hsa_queue_load_read_index_relaxed_fn`.
+pub type hsa_queue_load_read_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t) -> u64;
+/// Entry `CoreApiTable::hsa_queue_load_write_index_scacquire_fn`.
+pub type hsa_queue_load_write_index_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t) -> u64;
+/// Entry `CoreApiTable::hsa_queue_load_write_index_relaxed_fn`.
+pub type hsa_queue_load_write_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t) -> u64;
+/// Entry `CoreApiTable::hsa_queue_store_write_index_relaxed_fn`.
+pub type hsa_queue_store_write_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64);
+/// Entry `CoreApiTable::hsa_queue_store_write_index_screlease_fn`.
+pub type hsa_queue_store_write_index_screlease_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64);
+/// Entry `CoreApiTable::hsa_queue_cas_write_index_scacq_screl_fn`.
+pub type hsa_queue_cas_write_index_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64, arg3: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_cas_write_index_scacquire_fn`.
+pub type hsa_queue_cas_write_index_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64, arg3: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_cas_write_index_relaxed_fn`.
+pub type hsa_queue_cas_write_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64, arg3: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_cas_write_index_screlease_fn`.
+pub type hsa_queue_cas_write_index_screlease_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64, arg3: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_add_write_index_scacq_screl_fn`.
+pub type hsa_queue_add_write_index_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_add_write_index_scacquire_fn`.
+pub type hsa_queue_add_write_index_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_add_write_index_relaxed_fn`.
+pub type hsa_queue_add_write_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_add_write_index_screlease_fn`.
+pub type hsa_queue_add_write_index_screlease_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64) -> u64;
+/// Entry `CoreApiTable::hsa_queue_store_read_index_relaxed_fn`.
+pub type hsa_queue_store_read_index_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64);
+/// Entry `CoreApiTable::hsa_queue_store_read_index_screlease_fn`.
+pub type hsa_queue_store_read_index_screlease_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u64);
+/// Entry `CoreApiTable::hsa_agent_iterate_regions_fn`.
+pub type hsa_agent_iterate_regions_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(arg1: hsa_region_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_region_get_info_fn`.
+pub type hsa_region_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_region_t,
+    arg2: hsa_region_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_get_exception_policies_fn`.
+pub type hsa_agent_get_exception_policies_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: hsa_profile_t, arg3: *mut u16) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_extension_supported_fn`.
+pub type hsa_agent_extension_supported_fn_t = unsafe extern "C" fn(
+    arg1: u16,
+    arg2: hsa_agent_t,
+    arg3: u16,
+    arg4: u16,
+    arg5: *mut bool,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_register_fn`.
+pub type hsa_memory_register_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void, arg2: usize) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_deregister_fn`.
+pub type hsa_memory_deregister_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void, arg2: usize) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_allocate_fn`.
+pub type hsa_memory_allocate_fn_t = unsafe extern "C" fn(
+    arg1: hsa_region_t,
+    arg2: usize,
+    arg3: *mut *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_free_fn`.
+pub type hsa_memory_free_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_copy_fn`.
+pub type hsa_memory_copy_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: *const ::core::ffi::c_void,
+    arg3: usize,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_memory_assign_agent_fn`.
+pub type hsa_memory_assign_agent_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: hsa_agent_t,
+    arg3: hsa_access_permission_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_create_fn`.
+pub type hsa_signal_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_value_t,
+    arg2: u32,
+    arg3: *const hsa_agent_t,
+    arg4: *mut hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_destroy_fn`.
+pub type hsa_signal_destroy_fn_t = unsafe extern "C" fn(arg1: hsa_signal_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_load_relaxed_fn`.
+pub type hsa_signal_load_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_load_scacquire_fn`.
+pub type hsa_signal_load_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_store_relaxed_fn`.
+pub type hsa_signal_store_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_store_screlease_fn`.
+pub type hsa_signal_store_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_wait_relaxed_fn`.
+pub type hsa_signal_wait_relaxed_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_condition_t,
+    arg3: hsa_signal_value_t,
+    arg4: u64,
+    arg5: hsa_wait_state_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_wait_scacquire_fn`.
+pub type hsa_signal_wait_scacquire_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_condition_t,
+    arg3: hsa_signal_value_t,
+    arg4: u64,
+    arg5: hsa_wait_state_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_and_relaxed_fn`.
+pub type hsa_signal_and_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_and_scacquire_fn`.
+pub type hsa_signal_and_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_and_screlease_fn`.
+pub type hsa_signal_and_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_and_scacq_screl_fn`.
+pub type hsa_signal_and_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_or_relaxed_fn`.
+pub type hsa_signal_or_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_or_scacquire_fn`.
+pub type hsa_signal_or_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_or_screlease_fn`.
+pub type hsa_signal_or_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_or_scacq_screl_fn`.
+pub type hsa_signal_or_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_xor_relaxed_fn`.
+pub type hsa_signal_xor_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_xor_scacquire_fn`.
+pub type hsa_signal_xor_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_xor_screlease_fn`.
+pub type hsa_signal_xor_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_xor_scacq_screl_fn`.
+pub type hsa_signal_xor_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_exchange_relaxed_fn`.
+pub type hsa_signal_exchange_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_exchange_scacquire_fn`.
+pub type hsa_signal_exchange_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_exchange_screlease_fn`.
+pub type hsa_signal_exchange_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_exchange_scacq_screl_fn`.
+pub type hsa_signal_exchange_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_add_relaxed_fn`.
+pub type hsa_signal_add_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_add_scacquire_fn`.
+pub type hsa_signal_add_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_add_screlease_fn`.
+pub type hsa_signal_add_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_add_scacq_screl_fn`.
+pub type hsa_signal_add_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_subtract_relaxed_fn`.
+pub type hsa_signal_subtract_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_subtract_scacquire_fn`.
+pub type hsa_signal_subtract_scacquire_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_subtract_screlease_fn`.
+pub type hsa_signal_subtract_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_subtract_scacq_screl_fn`.
+pub type hsa_signal_subtract_scacq_screl_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_cas_relaxed_fn`.
+pub type hsa_signal_cas_relaxed_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_value_t,
+    arg3: hsa_signal_value_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_cas_scacquire_fn`.
+pub type hsa_signal_cas_scacquire_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_value_t,
+    arg3: hsa_signal_value_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_cas_screlease_fn`.
+pub type hsa_signal_cas_screlease_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_value_t,
+    arg3: hsa_signal_value_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_signal_cas_scacq_screl_fn`.
+pub type hsa_signal_cas_scacq_screl_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_value_t,
+    arg3: hsa_signal_value_t,
+) -> hsa_signal_value_t;
+/// Entry `CoreApiTable::hsa_isa_from_name_fn`.
+pub type hsa_isa_from_name_fn_t =
+    unsafe extern "C" fn(arg1: *const ::core::ffi::c_char, arg2: *mut hsa_isa_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_get_info_fn`.
+pub type hsa_isa_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_isa_t,
+    arg2: hsa_isa_info_t,
+    arg3: u32,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_compatible_fn`.
+pub type hsa_isa_compatible_fn_t =
+    unsafe extern "C" fn(arg1: hsa_isa_t, arg2: hsa_isa_t, arg3: *mut bool) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_serialize_fn`.
+pub type hsa_code_object_serialize_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_object_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: usize,
+            arg2: hsa_callback_data_t,
+            arg3: *mut *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: hsa_callback_data_t,
+    arg4: *const ::core::ffi::c_char,
+    arg5: *mut *mut ::core::ffi::c_void,
+    arg6: *mut usize,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_deserialize_fn`.
+pub type hsa_code_object_deserialize_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut hsa_code_object_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_destroy_fn`.
+pub type hsa_code_object_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_code_object_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_get_info_fn`.
+pub type hsa_code_object_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_object_t,
+    arg2: hsa_code_object_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_get_symbol_fn`.
+pub type hsa_code_object_get_symbol_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_object_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *mut hsa_code_symbol_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_symbol_get_info_fn`.
+pub type hsa_code_symbol_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_symbol_t,
+    arg2: hsa_code_symbol_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_iterate_symbols_fn`.
+pub type hsa_code_object_iterate_symbols_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_object_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_code_object_t,
+            arg2: hsa_code_symbol_t,
+            arg3: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_create_fn`.
+pub type hsa_executable_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_profile_t,
+    arg2: hsa_executable_state_t,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut hsa_executable_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_destroy_fn`.
+pub type hsa_executable_destroy_fn_t = unsafe extern "C" fn(arg1: hsa_executable_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_load_code_object_fn`.
+pub type hsa_executable_load_code_object_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_agent_t,
+    arg3: hsa_code_object_t,
+    arg4: *const ::core::ffi::c_char,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_freeze_fn`.
+pub type hsa_executable_freeze_fn_t =
+    unsafe extern "C" fn(arg1: hsa_executable_t, arg2: *const ::core::ffi::c_char) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_get_info_fn`.
+pub type hsa_executable_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_executable_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_global_variable_define_fn`.
+pub type hsa_executable_global_variable_define_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_agent_global_variable_define_fn`.
+pub type hsa_executable_agent_global_variable_define_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_agent_t,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_readonly_variable_define_fn`.
+pub type hsa_executable_readonly_variable_define_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_agent_t,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_validate_fn`.
+pub type hsa_executable_validate_fn_t =
+    unsafe extern "C" fn(arg1: hsa_executable_t, arg2: *mut u32) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_get_symbol_fn`.
+pub type hsa_executable_get_symbol_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *const ::core::ffi::c_char,
+    arg4: hsa_agent_t,
+    arg5: i32,
+    arg6: *mut hsa_executable_symbol_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_symbol_get_info_fn`.
+pub type hsa_executable_symbol_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_symbol_t,
+    arg2: hsa_executable_symbol_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_iterate_symbols_fn`.
+pub type hsa_executable_iterate_symbols_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_executable_t,
+            arg2: hsa_executable_symbol_t,
+            arg3: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_status_string_fn`.
+pub type hsa_status_string_fn_t =
+    unsafe extern "C" fn(arg1: hsa_status_t, arg2: *mut *const ::core::ffi::c_char) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_extension_get_name_fn`.
+pub type hsa_extension_get_name_fn_t =
+    unsafe extern "C" fn(arg1: u16, arg2: *mut *const ::core::ffi::c_char) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_system_major_extension_supported_fn`.
+pub type hsa_system_major_extension_supported_fn_t =
+    unsafe extern "C" fn(arg1: u16, arg2: u16, arg3: *mut u16, arg4: *mut bool) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_system_get_major_extension_table_fn`.
+pub type hsa_system_get_major_extension_table_fn_t = unsafe extern "C" fn(
+    arg1: u16,
+    arg2: u16,
+    arg3: usize,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_major_extension_supported_fn`.
+pub type hsa_agent_major_extension_supported_fn_t = unsafe extern "C" fn(
+    arg1: u16,
+    arg2: hsa_agent_t,
+    arg3: u16,
+    arg4: *mut u16,
+    arg5: *mut bool,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_cache_get_info_fn`.
+pub type hsa_cache_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_cache_t,
+    arg2: hsa_cache_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_iterate_caches_fn`.
+pub type hsa_agent_iterate_caches_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(arg1: hsa_cache_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_silent_store_relaxed_fn`.
+pub type hsa_signal_silent_store_relaxed_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_silent_store_screlease_fn`.
+pub type hsa_signal_silent_store_screlease_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: hsa_signal_value_t);
+/// Entry `CoreApiTable::hsa_signal_group_create_fn`.
+pub type hsa_signal_group_create_fn_t = unsafe extern "C" fn(
+    arg1: u32,
+    arg2: *const hsa_signal_t,
+    arg3: u32,
+    arg4: *const hsa_agent_t,
+    arg5: *mut hsa_signal_group_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_group_destroy_fn`.
+pub type hsa_signal_group_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_group_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_group_wait_any_scacquire_fn`.
+pub type hsa_signal_group_wait_any_scacquire_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_group_t,
+    arg2: *const hsa_signal_condition_t,
+    arg3: *const hsa_signal_value_t,
+    arg4: hsa_wait_state_t,
+    arg5: *mut hsa_signal_t,
+    arg6: *mut hsa_signal_value_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_signal_group_wait_any_relaxed_fn`.
+pub type hsa_signal_group_wait_any_relaxed_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_group_t,
+    arg2: *const hsa_signal_condition_t,
+    arg3: *const hsa_signal_value_t,
+    arg4: hsa_wait_state_t,
+    arg5: *mut hsa_signal_t,
+    arg6: *mut hsa_signal_value_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_agent_iterate_isas_fn`.
+pub type hsa_agent_iterate_isas_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(arg1: hsa_isa_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_get_info_alt_fn`.
+pub type hsa_isa_get_info_alt_fn_t = unsafe extern "C" fn(
+    arg1: hsa_isa_t,
+    arg2: hsa_isa_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_get_exception_policies_fn`.
+pub type hsa_isa_get_exception_policies_fn_t =
+    unsafe extern "C" fn(arg1: hsa_isa_t, arg2: hsa_profile_t, arg3: *mut u16) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_get_round_method_fn`.
+pub type hsa_isa_get_round_method_fn_t = unsafe extern "C" fn(
+    arg1: hsa_isa_t,
+    arg2: hsa_fp_type_t,
+    arg3: hsa_flush_mode_t,
+    arg4: *mut hsa_round_method_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_wavefront_get_info_fn`.
+pub type hsa_wavefront_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_wavefront_t,
+    arg2: hsa_wavefront_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_isa_iterate_wavefronts_fn`.
+pub type hsa_isa_iterate_wavefronts_fn_t = unsafe extern "C" fn(
+    arg1: hsa_isa_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(arg1: hsa_wavefront_t, arg2: *mut ::core::ffi::c_void) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_get_symbol_from_name_fn`.
+pub type hsa_code_object_get_symbol_from_name_fn_t = unsafe extern "C" fn(
+    arg1: hsa_code_object_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut hsa_code_symbol_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_reader_create_from_file_fn`.
+pub type hsa_code_object_reader_create_from_file_fn_t =
+    unsafe extern "C" fn(arg1: hsa_file_t, arg2: *mut hsa_code_object_reader_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_reader_create_from_memory_fn`.
+pub type hsa_code_object_reader_create_from_memory_fn_t = unsafe extern "C" fn(
+    arg1: *const ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_code_object_reader_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_code_object_reader_destroy_fn`.
+pub type hsa_code_object_reader_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_code_object_reader_t) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_create_alt_fn`.
+pub type hsa_executable_create_alt_fn_t = unsafe extern "C" fn(
+    arg1: hsa_profile_t,
+    arg2: hsa_default_float_rounding_mode_t,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut hsa_executable_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_load_program_code_object_fn`.
+pub type hsa_executable_load_program_code_object_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_code_object_reader_t,
+    arg3: *const ::core::ffi::c_char,
+    arg4: *mut hsa_loaded_code_object_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_load_agent_code_object_fn`.
+pub type hsa_executable_load_agent_code_object_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_agent_t,
+    arg3: hsa_code_object_reader_t,
+    arg4: *const ::core::ffi::c_char,
+    arg5: *mut hsa_loaded_code_object_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_validate_alt_fn`.
+pub type hsa_executable_validate_alt_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *mut u32,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_get_symbol_by_name_fn`.
+pub type hsa_executable_get_symbol_by_name_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: *const ::core::ffi::c_char,
+    arg3: *const hsa_agent_t,
+    arg4: *mut hsa_executable_symbol_t,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_iterate_agent_symbols_fn`.
+pub type hsa_executable_iterate_agent_symbols_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: hsa_agent_t,
+    arg3: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_executable_t,
+            arg2: hsa_agent_t,
+            arg3: hsa_executable_symbol_t,
+            arg4: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `CoreApiTable::hsa_executable_iterate_program_symbols_fn`.
+pub type hsa_executable_iterate_program_symbols_fn_t = unsafe extern "C" fn(
+    arg1: hsa_executable_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_executable_t,
+            arg2: hsa_executable_symbol_t,
+            arg3: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_coherency_get_type_fn`.
+pub type hsa_amd_coherency_get_type_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: *mut hsa_amd_coherency_type_t) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_coherency_set_type_fn`.
+pub type hsa_amd_coherency_set_type_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: hsa_amd_coherency_type_t) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_profiling_set_profiler_enabled_fn`.
+pub type hsa_amd_profiling_set_profiler_enabled_fn_t =
+    unsafe extern "C" fn(arg1: *mut hsa_queue_t, arg2: ::core::ffi::c_int) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_profiling_async_copy_enable_fn`.
+pub type hsa_amd_profiling_async_copy_enable_fn_t =
+    unsafe extern "C" fn(arg1: bool) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_profiling_get_dispatch_time_fn`.
+pub type hsa_amd_profiling_get_dispatch_time_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_signal_t,
+    arg3: *mut hsa_amd_profiling_dispatch_time_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_profiling_get_async_copy_time_fn`.
+pub type hsa_amd_profiling_get_async_copy_time_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: *mut hsa_amd_profiling_async_copy_time_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_profiling_convert_tick_to_system_domain_fn`.
+pub type hsa_amd_profiling_convert_tick_to_system_domain_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: u64, arg3: *mut u64) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_signal_async_handler_fn`.
+pub type hsa_amd_signal_async_handler_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_t,
+    arg2: hsa_signal_condition_t,
+    arg3: hsa_signal_value_t,
+    arg4: hsa_amd_signal_handler,
+    arg5: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_async_function_fn`.
+pub type hsa_amd_async_function_fn_t = unsafe extern "C" fn(
+    arg1: ::core::option::Option<unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void)>,
+    arg2: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_signal_wait_any_fn`.
+pub type hsa_amd_signal_wait_any_fn_t = unsafe extern "C" fn(
+    arg1: u32,
+    arg2: *mut hsa_signal_t,
+    arg3: *mut hsa_signal_condition_t,
+    arg4: *mut hsa_signal_value_t,
+    arg5: u64,
+    arg6: hsa_wait_state_t,
+    arg7: *mut hsa_signal_value_t,
+) -> u32;
+/// Entry `AmdExtTable::hsa_amd_queue_cu_set_mask_fn`.
+pub type hsa_amd_queue_cu_set_mask_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u32, arg3: *const u32) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_pool_get_info_fn`.
+pub type hsa_amd_memory_pool_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_amd_memory_pool_t,
+    arg2: hsa_amd_memory_pool_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_agent_iterate_memory_pools_fn`.
+pub type hsa_amd_agent_iterate_memory_pools_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_amd_memory_pool_t,
+            arg2: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_pool_allocate_fn`.
+pub type hsa_amd_memory_pool_allocate_fn_t = unsafe extern "C" fn(
+    arg1: hsa_amd_memory_pool_t,
+    arg2: usize,
+    arg3: u32,
+    arg4: *mut *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_pool_free_fn`.
+pub type hsa_amd_memory_pool_free_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_async_copy_fn`.
+pub type hsa_amd_memory_async_copy_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: hsa_agent_t,
+    arg3: *const ::core::ffi::c_void,
+    arg4: hsa_agent_t,
+    arg5: usize,
+    arg6: u32,
+    arg7: *const hsa_signal_t,
+    arg8: hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_agent_memory_pool_get_info_fn`.
+pub type hsa_amd_agent_memory_pool_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_amd_memory_pool_t,
+    arg3: hsa_amd_agent_memory_pool_info_t,
+    arg4: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_agents_allow_access_fn`.
+pub type hsa_amd_agents_allow_access_fn_t = unsafe extern "C" fn(
+    arg1: u32,
+    arg2: *const hsa_agent_t,
+    arg3: *const u32,
+    arg4: *const ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_pool_can_migrate_fn`.
+pub type hsa_amd_memory_pool_can_migrate_fn_t = unsafe extern "C" fn(
+    arg1: hsa_amd_memory_pool_t,
+    arg2: hsa_amd_memory_pool_t,
+    arg3: *mut bool,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_migrate_fn`.
+pub type hsa_amd_memory_migrate_fn_t = unsafe extern "C" fn(
+    arg1: *const ::core::ffi::c_void,
+    arg2: hsa_amd_memory_pool_t,
+    arg3: u32,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_lock_fn`.
+pub type hsa_amd_memory_lock_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_agent_t,
+    arg4: ::core::ffi::c_int,
+    arg5: *mut *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_unlock_fn`.
+pub type hsa_amd_memory_unlock_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_fill_fn`.
+pub type hsa_amd_memory_fill_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void, arg2: u32, arg3: usize) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_interop_map_buffer_fn`.
+pub type hsa_amd_interop_map_buffer_fn_t = unsafe extern "C" fn(
+    arg1: u32,
+    arg2: *mut hsa_agent_t,
+    arg3: ::core::ffi::c_int,
+    arg4: u32,
+    arg5: *mut usize,
+    arg6: *mut *mut ::core::ffi::c_void,
+    arg7: *mut usize,
+    arg8: *mut *const ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_interop_unmap_buffer_fn`.
+pub type hsa_amd_interop_unmap_buffer_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_image_create_fn`.
+pub type hsa_amd_image_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_image_descriptor_t,
+    arg3: *const hsa_amd_image_descriptor_t,
+    arg4: *const ::core::ffi::c_void,
+    arg5: hsa_access_permission_t,
+    arg6: *mut hsa_ext_image_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_pointer_info_fn`.
+pub type hsa_amd_pointer_info_fn_t = unsafe extern "C" fn(
+    arg1: *const ::core::ffi::c_void,
+    arg2: *mut hsa_amd_pointer_info_t,
+    arg3: ::core::option::Option<unsafe extern "C" fn(arg1: usize) -> *mut ::core::ffi::c_void>,
+    arg4: *mut u32,
+    arg5: *mut *mut hsa_agent_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_pointer_info_set_userdata_fn`.
+pub type hsa_amd_pointer_info_set_userdata_fn_t = unsafe extern "C" fn(
+    arg1: *const ::core::ffi::c_void,
+    arg2: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_ipc_memory_create_fn`.
+pub type hsa_amd_ipc_memory_create_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_amd_ipc_memory_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_ipc_memory_attach_fn`.
+pub type hsa_amd_ipc_memory_attach_fn_t = unsafe extern "C" fn(
+    arg1: *const hsa_amd_ipc_memory_t,
+    arg2: usize,
+    arg3: u32,
+    arg4: *const hsa_agent_t,
+    arg5: *mut *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_ipc_memory_detach_fn`.
+pub type hsa_amd_ipc_memory_detach_fn_t =
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_signal_create_fn`.
+pub type hsa_amd_signal_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_signal_value_t,
+    arg2: u32,
+    arg3: *const hsa_agent_t,
+    arg4: u64,
+    arg5: *mut hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_ipc_signal_create_fn`.
+pub type hsa_amd_ipc_signal_create_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: *mut hsa_amd_ipc_signal_t) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_ipc_signal_attach_fn`.
+pub type hsa_amd_ipc_signal_attach_fn_t = unsafe extern "C" fn(
+    arg1: *const hsa_amd_ipc_signal_t,
+    arg2: *mut hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_register_system_event_handler_fn`.
+pub type hsa_amd_register_system_event_handler_fn_t = unsafe extern "C" fn(
+    arg1: hsa_amd_system_event_callback_t,
+    arg2: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_queue_intercept_create_fn`.
+pub type hsa_amd_queue_intercept_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: u32,
+    arg3: hsa_queue_type32_t,
+    arg4: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_status_t,
+            arg2: *mut hsa_queue_t,
+            arg3: *mut ::core::ffi::c_void,
+        ),
+    >,
+    arg5: *mut ::core::ffi::c_void,
+    arg6: u32,
+    arg7: u32,
+    arg8: *mut *mut hsa_queue_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_queue_intercept_register_fn`.
+pub type hsa_amd_queue_intercept_register_fn_t = unsafe extern "C" fn(
+    arg1: *mut hsa_queue_t,
+    arg2: hsa_amd_queue_intercept_handler,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_queue_set_priority_fn`.
+pub type hsa_amd_queue_set_priority_fn_t =
+    unsafe extern "C" fn(arg1: *mut hsa_queue_t, arg2: hsa_amd_queue_priority_t) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_async_copy_rect_fn`.
+pub type hsa_amd_memory_async_copy_rect_fn_t = unsafe extern "C" fn(
+    arg1: *const hsa_pitched_ptr_t,
+    arg2: *const hsa_dim3_t,
+    arg3: *const hsa_pitched_ptr_t,
+    arg4: *const hsa_dim3_t,
+    arg5: *const hsa_dim3_t,
+    arg6: hsa_agent_t,
+    arg7: hsa_amd_copy_direction_t,
+    arg8: u32,
+    arg9: *const hsa_signal_t,
+    arg10: hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_runtime_queue_create_register_fn`.
+pub type hsa_amd_runtime_queue_create_register_fn_t = unsafe extern "C" fn(
+    arg1: hsa_amd_runtime_queue_notifier,
+    arg2: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_memory_lock_to_pool_fn`.
+pub type hsa_amd_memory_lock_to_pool_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_agent_t,
+    arg4: ::core::ffi::c_int,
+    arg5: hsa_amd_memory_pool_t,
+    arg6: u32,
+    arg7: *mut *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_register_deallocation_callback_fn`.
+pub type hsa_amd_register_deallocation_callback_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: hsa_amd_deallocation_callback_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_deregister_deallocation_callback_fn`.
+pub type hsa_amd_deregister_deallocation_callback_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: hsa_amd_deallocation_callback_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_signal_value_pointer_fn`.
+pub type hsa_amd_signal_value_pointer_fn_t =
+    unsafe extern "C" fn(arg1: hsa_signal_t, arg2: *mut *mut hsa_signal_value_t) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_svm_attributes_set_fn`.
+pub type hsa_amd_svm_attributes_set_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_amd_svm_attribute_pair_t,
+    arg4: usize,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_svm_attributes_get_fn`.
+pub type hsa_amd_svm_attributes_get_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: *mut hsa_amd_svm_attribute_pair_t,
+    arg4: usize,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_svm_prefetch_async_fn`.
+pub type hsa_amd_svm_prefetch_async_fn_t = unsafe extern "C" fn(
+    arg1: *mut ::core::ffi::c_void,
+    arg2: usize,
+    arg3: hsa_agent_t,
+    arg4: u32,
+    arg5: *const hsa_signal_t,
+    arg6: hsa_signal_t,
+) -> hsa_status_t;
+/// Entry `AmdExtTable::hsa_amd_queue_cu_get_mask_fn`.
+pub type hsa_amd_queue_cu_get_mask_fn_t =
+    unsafe extern "C" fn(arg1: *const hsa_queue_t, arg2: u32, arg3: *mut u32) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_create_fn`.
+pub type hsa_ext_program_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_machine_model_t,
+    arg2: hsa_profile_t,
+    arg3: hsa_default_float_rounding_mode_t,
+    arg4: *const ::core::ffi::c_char,
+    arg5: *mut hsa_ext_program_t,
+) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_destroy_fn`.
+pub type hsa_ext_program_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_ext_program_t) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_add_module_fn`.
+pub type hsa_ext_program_add_module_fn_t =
+    unsafe extern "C" fn(arg1: hsa_ext_program_t, arg2: hsa_ext_module_t) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_iterate_modules_fn`.
+pub type hsa_ext_program_iterate_modules_fn_t = unsafe extern "C" fn(
+    arg1: hsa_ext_program_t,
+    arg2: ::core::option::Option<
+        unsafe extern "C" fn(
+            arg1: hsa_ext_program_t,
+            arg2: hsa_ext_module_t,
+            arg3: *mut ::core::ffi::c_void,
+        ) -> hsa_status_t,
+    >,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_get_info_fn`.
+pub type hsa_ext_program_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_ext_program_t,
+    arg2: hsa_ext_program_info_t,
+    arg3: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// Entry `FinalizerExtTable::hsa_ext_program_finalize_fn`.
+pub type hsa_ext_program_finalize_fn_t = unsafe extern "C" fn(
+    arg1: hsa_ext_program_t,
+    arg2: hsa_isa_t,
+    arg3: i32,
+    arg4: hsa_ext_control_directives_t,
+    arg5: *const ::core::ffi::c_char,
+    arg6: hsa_code_object_type_t,
+    arg7: *mut hsa_code_object_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_get_capability_fn`.
+pub type hsa_ext_image_get_capability_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_ext_image_geometry_t,
+    arg3: *const hsa_ext_image_format_t,
+    arg4: *mut u32,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_data_get_info_fn`.
+pub type hsa_ext_image_data_get_info_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_image_descriptor_t,
+    arg3: hsa_access_permission_t,
+    arg4: *mut hsa_ext_image_data_info_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_create_fn`.
+pub type hsa_ext_image_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_image_descriptor_t,
+    arg3: *const ::core::ffi::c_void,
+    arg4: hsa_access_permission_t,
+    arg5: *mut hsa_ext_image_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_import_fn`.
+pub type hsa_ext_image_import_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const ::core::ffi::c_void,
+    arg3: usize,
+    arg4: usize,
+    arg5: hsa_ext_image_t,
+    arg6: *const hsa_ext_image_region_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_export_fn`.
+pub type hsa_ext_image_export_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_ext_image_t,
+    arg3: *mut ::core::ffi::c_void,
+    arg4: usize,
+    arg5: usize,
+    arg6: *const hsa_ext_image_region_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_copy_fn`.
+pub type hsa_ext_image_copy_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_ext_image_t,
+    arg3: *const hsa_dim3_t,
+    arg4: hsa_ext_image_t,
+    arg5: *const hsa_dim3_t,
+    arg6: *const hsa_dim3_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_clear_fn`.
+pub type hsa_ext_image_clear_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_ext_image_t,
+    arg3: *const ::core::ffi::c_void,
+    arg4: *const hsa_ext_image_region_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_destroy_fn`.
+pub type hsa_ext_image_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: hsa_ext_image_t) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_sampler_create_fn`.
+pub type hsa_ext_sampler_create_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_sampler_descriptor_t,
+    arg3: *mut hsa_ext_sampler_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_sampler_destroy_fn`.
+pub type hsa_ext_sampler_destroy_fn_t =
+    unsafe extern "C" fn(arg1: hsa_agent_t, arg2: hsa_ext_sampler_t) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_get_capability_with_layout_fn`.
+pub type hsa_ext_image_get_capability_with_layout_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: hsa_ext_image_geometry_t,
+    arg3: *const hsa_ext_image_format_t,
+    arg4: hsa_ext_image_data_layout_t,
+    arg5: *mut u32,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_data_get_info_with_layout_fn`.
+pub type hsa_ext_image_data_get_info_with_layout_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_image_descriptor_t,
+    arg3: hsa_access_permission_t,
+    arg4: hsa_ext_image_data_layout_t,
+    arg5: usize,
+    arg6: usize,
+    arg7: *mut hsa_ext_image_data_info_t,
+) -> hsa_status_t;
+/// Entry `ImageExtTable::hsa_ext_image_create_with_layout_fn`.
+pub type hsa_ext_image_create_with_layout_fn_t = unsafe extern "C" fn(
+    arg1: hsa_agent_t,
+    arg2: *const hsa_ext_image_descriptor_t,
+    arg3: *const ::core::ffi::c_void,
+    arg4: hsa_access_permission_t,
+    arg5: hsa_ext_image_data_layout_t,
+    arg6: usize,
+    arg7: usize,
+    arg8: *mut hsa_ext_image_t,
+) -> hsa_status_t;

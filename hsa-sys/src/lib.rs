@@ -11,7 +11,8 @@
 //! - [`hsa`] (re-exported at the crate root) is generated from `hsa.h`, `hsa_ext_amd.h`, `hsa_ven_amd_loader.h`,
 //!   `amd_hsa_signal.h`, `amd_hsa_queue.h`, `amd_hsa_kernel_code.h` and `hsa_api_trace.h`. C enums become a
 //!   `pub type NAME = c_uint` (or `c_int`) plus one `pub const` per enumerator with the C spelling, e.g.
-//!   [`HSA_PACKET_TYPE_KERNEL_DISPATCH`]`: `[`hsa_packet_type_t`].
+//!   [`HSA_PACKET_TYPE_KERNEL_DISPATCH`]`: `[`hsa_packet_type_t`]. Every table entry `X_fn` also has a named
+//!   function type `X_fn_t` (the field is `Option<X_fn_t>`), e.g. [`hsa_queue_create_fn_t`].
 //! - [`hsakmt`] is generated from `hsakmttypes.h`: the types the emulated GPU (`emu/`) implements libhsakmt with.
 //! - [`packet`] is hand-written: AQL header bit helpers and AMD vendor packet constants.
 //! - The `const` assertions at the bottom of this file pin the table entries and packet sizes that the tracer
@@ -164,6 +165,17 @@ mod tests {
         };
         assert!(!table_has_entry(&short, last));
         assert!(table_has_entry(&short, last - 8));
+    }
+
+    #[test]
+    fn entry_aliases_are_the_field_payload_types() {
+        let core = CoreApiTable::default();
+        let amd = AmdExtTable::default();
+        let queue_create: Option<hsa_queue_create_fn_t> = core.hsa_queue_create_fn;
+        let wait: Option<hsa_signal_wait_scacquire_fn_t> = core.hsa_signal_wait_scacquire_fn;
+        let intercept: Option<hsa_amd_queue_intercept_register_fn_t> =
+            amd.hsa_amd_queue_intercept_register_fn;
+        assert!(queue_create.is_none() && wait.is_none() && intercept.is_none());
     }
 
     #[test]

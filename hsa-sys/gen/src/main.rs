@@ -60,6 +60,7 @@ fn base_builder(wrapper_name: &str, headers: &[&str]) -> bindgen::Builder {
     bindgen::Builder::default()
         .header_contents(wrapper_name, &wrapper)
         .clang_args(CLANG_ARGS)
+        .rust_target(bindgen::RustTarget::stable(80, 0).expect("known Rust target"))
         .use_core()
         .ctypes_prefix("::core::ffi")
         .ignore_functions()
@@ -87,10 +88,63 @@ fn generate_hsa() -> String {
         .to_string()
 }
 
+/// Tool API tables whose function-pointer entries also get a named alias.
+const API_TABLES: &[&str] = &[
+    "CoreApiTable",
+    "AmdExtTable",
+    "FinalizerExtTable",
+    "ImageExtTable",
+];
+
+/// Appends `pub type <entry>_t = unsafe extern "C" fn(..) -> ..;` for every entry of the API tables, so hooks can
+/// name the type of the original they store and of the replacement they install.
+fn append_table_fn_aliases(source: &str) -> String {
+    use quote::ToTokens;
+    let file = syn::parse_file(source).expect("generated bindings parse as Rust");
+    let mut out = String::from(source);
+    out.push_str(
+        "\n// Named types of the API table entries (the `Option` payload of each `*_fn` field).\n",
+    );
+    for table in API_TABLES {
+        let fields = file
+            .items
+            .iter()
+            .find_map(|item| match item {
+                syn::Item::Struct(s) if s.ident == table => Some(s.fields.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{table} not generated"));
+        for field in fields.iter() {
+            let name = field.ident.as_ref().expect("named field").to_string();
+            let syn::Type::Path(path) = &field.ty else {
+                continue;
+            };
+            let last = path.path.segments.last().expect("path has a segment");
+            if last.ident != "Option" {
+                continue;
+            }
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                continue;
+            };
+            let Some(syn::GenericArgument::Type(fn_ty)) = args.args.first() else {
+                continue;
+            };
+            out.push_str(&format!(
+                "/// Entry `{table}::{name}`.\npub type {name}_t = {};\n",
+                fn_ty.to_token_stream()
+            ));
+        }
+    }
+    out
+}
+
 fn generate_hsakmt() -> String {
     base_builder("hsakmt_sys_wrapper.hpp", HSAKMT_HEADERS)
         .raw_line(header_banner(HSAKMT_HEADERS))
         .allowlist_file(".*/hsakmttypes\\.h")
+        // `static const HSA_UUID HSA_PROFILEBLOCK_AMD_*` have internal linkage: as Rust extern statics they would
+        // be unresolvable link-time references.
+        .blocklist_var("HSA_PROFILEBLOCK_.*")
         .generate()
         .expect("bindgen failed on hsakmttypes.h")
         .to_string()
@@ -161,7 +215,7 @@ fn main() {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    let hsa = generate_hsa();
+    let hsa = append_table_fn_aliases(&generate_hsa());
     let hsakmt = replace_repr_align(&generate_hsakmt());
     write(&crate_dir.join("src/hsa.rs"), &hsa);
     write(&crate_dir.join("src/hsakmt.rs"), &hsakmt);
