@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
 pub use packet::RawPacket;
 pub use wake::{SleepKind, Wake};
-pub use writer::{KernelFilter, KernelNames, WriterOutcome};
+pub use writer::{KernelNames, WriterOutcome};
 
 use crate::record::{DispatchRecord, InterceptRecord, Record, RunMetadata};
 

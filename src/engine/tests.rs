@@ -183,15 +183,24 @@ impl RecordSink for CollectSink {
     }
 }
 
-struct Names;
+/// Names `kernel_<object>`, with an optional include/exclude pair.
+#[derive(Default)]
+struct Names {
+    include: Option<Regex>,
+    exclude: Option<Regex>,
+}
+
 impl KernelNames for Names {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>)) {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
         let name = format!("kernel_{kernel_object:x}");
-        f(&KernelInfo {
+        let keep = self.include.as_ref().is_none_or(|r| r.is_match(&name))
+            && !self.exclude.as_ref().is_some_and(|r| r.is_match(&name));
+        let info = KernelInfo {
             kernel_id: kernel_object,
             display_name: &name,
             symbol_name: &name,
-        });
+        };
+        f(&info, keep);
     }
 }
 
@@ -221,7 +230,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(pool_size: usize, filter: KernelFilter) -> Self {
+    fn new(pool_size: usize, names: Names) -> Self {
         let signals = Signals::new();
         let pool = Arc::new(FakePool::new(signals.clone(), pool_size));
         let engine = Arc::new(Engine::new(EngineOptions {
@@ -252,14 +261,8 @@ impl Harness {
         let (e, c) = (engine.clone(), collected.clone());
         let writer = std::thread::spawn(move || {
             let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
-            let mut filter = filter;
-            e.run_writer(
-                &mut sinks,
-                &mut Names,
-                &mut filter,
-                &RunInfo::default(),
-                &[],
-            )
+            let mut names = names;
+            e.run_writer(&mut sinks, &mut names, &RunInfo::default(), &[])
         });
         Harness {
             engine,
@@ -299,7 +302,7 @@ impl Harness {
 fn every_dispatch_is_recorded_once_across_threads_with_a_tiny_pool() {
     const THREADS: u64 = 4;
     const CALLS: u64 = 300;
-    let h = Arc::new(Harness::new(8, KernelFilter::default()));
+    let h = Arc::new(Harness::new(8, Names::default()));
     let app_base = 1000u64;
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -397,7 +400,7 @@ fn every_dispatch_is_recorded_once_across_threads_with_a_tiny_pool() {
 
 #[test]
 fn non_kernel_batches_pass_through_untouched() {
-    let h = Harness::new(4, KernelFilter::default());
+    let h = Harness::new(4, Names::default());
     let q = Arc::new(QueueContext::new(1, 0, 0));
     let pkts = [other_packet(), RawPacket::forwarding_barrier(1234, 2)];
     let mut seen = Vec::new();
@@ -411,7 +414,7 @@ fn non_kernel_batches_pass_through_untouched() {
 
 #[test]
 fn rewrite_keeps_order_and_forwards_the_app_signal() {
-    let h = Harness::new(4, KernelFilter::default());
+    let h = Harness::new(4, Names::default());
     let q = Arc::new(QueueContext::new(1, 0, 0));
     let pkts = [
         kernel_packet(0x10, 0),
@@ -439,7 +442,7 @@ fn rewrite_keeps_order_and_forwards_the_app_signal() {
 
 #[test]
 fn large_batches_work() {
-    let h = Harness::new(256, KernelFilter::default());
+    let h = Harness::new(256, Names::default());
     let q = Arc::new(QueueContext::new(1, 0, 0));
     let pkts: Vec<RawPacket> = (0..200).map(|i| kernel_packet(0x100 + i, 0)).collect();
     h.submit(&q, &pkts);
@@ -452,10 +455,10 @@ fn large_batches_work() {
 
 #[test]
 fn filters_apply_to_the_trace() {
-    let filter = KernelFilter::new(
-        Some(Regex::new("kernel_(1|2)").unwrap()),
-        Some(Regex::new("_2").unwrap()),
-    );
+    let filter = Names {
+        include: Some(Regex::new("kernel_(1|2)").unwrap()),
+        exclude: Some(Regex::new("_2").unwrap()),
+    };
     let h = Harness::new(16, filter);
     let q = Arc::new(QueueContext::new(1, 0, 0));
     for i in 0..30u64 {

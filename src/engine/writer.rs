@@ -1,12 +1,10 @@
 //! The writer thread: drains records into the sinks.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use regex::Regex;
-
 use super::{DispatchSignal, Engine, SleepKind, STOP_WRITER};
+use crate::kernels::KernelTable;
 use crate::record::{AgentInfo, Record, RunInfo, RunMetadata};
 use crate::sink::{KernelInfo, RecordSink};
 
@@ -14,50 +12,24 @@ use crate::sink::{KernelInfo, RecordSink};
 /// when the record queue fills up).
 const WRITER_IDLE: Duration = Duration::from_millis(2);
 
-/// Kernel names as the writer needs them.
+/// Kernel names and the include/exclude verdict, as the writer needs them.
 pub trait KernelNames {
-    /// Calls `f` with the names of the kernel at `kernel_object` (an unknown
-    /// kernel gets `kernel_id` 0 and a placeholder name).
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>));
+    /// Calls `f` with the names of the kernel at `kernel_object` and whether
+    /// the filters keep it (an unknown kernel gets a placeholder name).
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool));
 }
 
-/// The `--kernel-include-regex` / `--kernel-exclude-regex` filters, matched
-/// against the display name, with the verdict cached per kernel object.
-#[derive(Debug, Default)]
-pub struct KernelFilter {
-    include: Option<Regex>,
-    exclude: Option<Regex>,
-    verdicts: HashMap<u64, bool>,
-}
-
-impl KernelFilter {
-    /// A filter keeping kernels that match `include` (all if `None`) and do
-    /// not match `exclude`.
-    pub fn new(include: Option<Regex>, exclude: Option<Regex>) -> Self {
-        KernelFilter {
-            include,
-            exclude,
-            verdicts: HashMap::new(),
-        }
+impl KernelNames for KernelTable {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+        let entry = self.resolve(kernel_object);
+        f(&entry.info(), entry.keep);
     }
+}
 
-    /// Whether the kernel is kept.
-    pub fn keeps(&mut self, kernel_object: u64, kernel: &KernelInfo<'_>) -> bool {
-        if self.include.is_none() && self.exclude.is_none() {
-            return true;
-        }
-        if kernel.kernel_id != 0 {
-            if let Some(v) = self.verdicts.get(&kernel_object) {
-                return *v;
-            }
-        }
-        let name = kernel.display_name;
-        let v = self.include.as_ref().is_none_or(|re| re.is_match(name))
-            && !self.exclude.as_ref().is_some_and(|re| re.is_match(name));
-        if kernel.kernel_id != 0 {
-            self.verdicts.insert(kernel_object, v);
-        }
-        v
+impl KernelNames for &KernelTable {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+        let entry = self.resolve(kernel_object);
+        f(&entry.info(), entry.keep);
     }
 }
 
@@ -80,7 +52,6 @@ impl<S: DispatchSignal> Engine<S> {
         &self,
         sinks: &mut [Box<dyn RecordSink + Send>],
         names: &mut dyn KernelNames,
-        filter: &mut KernelFilter,
         run: &RunInfo,
         agents: &[AgentInfo],
     ) -> WriterOutcome {
@@ -115,8 +86,8 @@ impl<S: DispatchSignal> Engine<S> {
                         }
                     }
                     Record::Dispatch(d) => {
-                        names.with_kernel(d.kernel_object, &mut |k| {
-                            if !filter.keeps(d.kernel_object, k) {
+                        names.with_kernel(d.kernel_object, &mut |k, keep| {
+                            if !keep {
                                 filtered_out += 1;
                                 return;
                             }
