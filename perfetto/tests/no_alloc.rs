@@ -1,0 +1,105 @@
+//! Steady-state writes allocate nothing: once names are interned and the
+//! buffers have grown, slices with numeric args, flows, instants and counters
+//! only encode into reused buffers. Counted with a global allocator that
+//! tallies allocations (this test binary has a single test, so no other
+//! thread allocates meanwhile).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rprof_perfetto::{
+    Arg, ArgValue, ClockReadings, CounterTrack, CounterValue, CustomTrack, Slice, TraceWriter,
+};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn steady_state_writes_do_not_allocate() {
+    let mut w = TraceWriter::new(std::io::sink());
+    w.write_clock_snapshot(&ClockReadings::default()).unwrap();
+    w.write_custom_track(&CustomTrack::new(2, "queue 1"))
+        .unwrap();
+    w.write_counter_track(&CounterTrack {
+        uuid: 3,
+        parent_uuid: None,
+        name: "c",
+        unit: None,
+    })
+    .unwrap();
+    let names: Vec<_> = (0..64)
+        .map(|i| w.intern_event_name(&format!("kernel_{i}")))
+        .collect();
+    let grid = w.intern_annotation_name("grid.x");
+    let obj = w.intern_annotation_name("kernel_object");
+    let mut run = |w: &mut TraceWriter<std::io::Sink>, round: u64| {
+        for (i, &name) in names.iter().enumerate() {
+            let t = round * 1_000_000 + i as u64 * 1_000;
+            let args = [
+                Arg {
+                    name: grid,
+                    value: ArgValue::Uint(i as u64),
+                },
+                Arg {
+                    name: obj,
+                    value: ArgValue::Pointer(0x7f00 + i as u64),
+                },
+            ];
+            w.write_slice(&Slice {
+                args: &args,
+                terminating_flow_ids: &[t],
+                flow_ids: &[t, t + 1],
+                correlation_id: Some(t),
+                ..Slice::new(2, t, t + 500, name)
+            })
+            .unwrap();
+            w.write_instant(2, t + 600, name, &args).unwrap();
+            w.write_counter(3, t, CounterValue::Int(i as i64)).unwrap();
+        }
+    };
+    run(&mut w, 0); // warm up: defines names, grows buffers
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for round in 1..100 {
+        run(&mut w, round);
+    }
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    assert_eq!(after - before, 0, "allocations in steady state");
+    assert_eq!(w.packets_written(), 3 + 100 * 64 * 4);
+    // The counter does count: a string arg copies its text.
+    let note = w.intern_annotation_name("note");
+    let name = names[0];
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    w.write_instant(
+        2,
+        1,
+        name,
+        &[Arg {
+            name: note,
+            value: ArgValue::Str("text"),
+        }],
+    )
+    .unwrap();
+    assert!(ALLOCATIONS.load(Ordering::Relaxed) > before);
+}

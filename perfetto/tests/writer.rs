@@ -1,0 +1,278 @@
+//! Decodes traces produced by `TraceWriter` with prost and checks packets,
+//! flags, interning and the wire form of flow ids; compares a readable dump
+//! of a small trace to `tests/snapshots/small_trace.txt`.
+//!
+//! Set `RPROF_UPDATE_SNAPSHOTS=1` to rewrite the snapshot after an intended
+//! change, and review the diff.
+
+use std::path::Path;
+
+use prost::Message;
+use rprof_perfetto::protos::{trace_packet::Data, track_event, Trace, TracePacket};
+use rprof_perfetto::{
+    Arg, ArgValue, ChildTracksOrdering, ClockReadings, CounterTrack, CounterUnit, CounterValue,
+    CustomTrack, ProcessTrack, SiblingMergeBehavior, Slice, ThreadTrack, TraceWriter, SEQUENCE_ID,
+};
+
+fn small_trace() -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new());
+    w.write_clock_snapshot(&ClockReadings {
+        boottime_ns: 1_000,
+        monotonic_ns: 900,
+        realtime_ns: 1_700_000_000_000_000_000,
+    })
+    .unwrap();
+    w.write_process_track(&ProcessTrack {
+        uuid: 1,
+        pid: 42,
+        name: "app",
+        cmdline: &["./app".to_owned(), "-v".to_owned()],
+        timestamp_ns: 1_000,
+    })
+    .unwrap();
+    w.write_thread_track(&ThreadTrack {
+        uuid: 2,
+        pid: 42,
+        tid: 43,
+        name: "thread 43",
+        timestamp_ns: 1_000,
+    })
+    .unwrap();
+    w.write_custom_track(&CustomTrack {
+        child_ordering: Some(ChildTracksOrdering::Chronological),
+        ..CustomTrack::new(3, "GPU 0 (gfx90a)")
+    })
+    .unwrap();
+    w.write_custom_track(&CustomTrack {
+        parent_uuid: Some(3),
+        sibling_merge_behavior: Some(SiblingMergeBehavior::None),
+        ..CustomTrack::new(4, "queue 1")
+    })
+    .unwrap();
+    w.write_custom_track(&CustomTrack {
+        parent_uuid: Some(4),
+        sibling_order_rank: Some(0),
+        ..CustomTrack::new(5, "queue 1")
+    })
+    .unwrap();
+    w.write_counter_track(&CounterTrack {
+        uuid: 6,
+        parent_uuid: Some(1),
+        name: "pending",
+        unit: Some(CounterUnit::Count),
+    })
+    .unwrap();
+    let call = w.intern_event_name("hsa_queue_write");
+    let count = w.intern_annotation_name("dispatch_count");
+    w.write_slice(&Slice {
+        args: &[Arg {
+            name: count,
+            value: ArgValue::Uint(2),
+        }],
+        flow_ids: &[0x2a_0000_0001, 0x2a_0000_0002],
+        ..Slice::new(2, 2_000, 2_500, call)
+    })
+    .unwrap();
+    let kernel = w.intern_event_name("vector_add");
+    let args = [
+        w.intern_annotation_name("grid.x"),
+        w.intern_annotation_name("offset"),
+        w.intern_annotation_name("ratio"),
+        w.intern_annotation_name("note"),
+        w.intern_annotation_name("kernel_object"),
+        w.intern_annotation_name("barrier"),
+    ];
+    w.write_slice(&Slice {
+        args: &[
+            Arg {
+                name: args[0],
+                value: ArgValue::Uint(1024),
+            },
+            Arg {
+                name: args[1],
+                value: ArgValue::Int(-3),
+            },
+            Arg {
+                name: args[2],
+                value: ArgValue::Double(0.5),
+            },
+            Arg {
+                name: args[3],
+                value: ArgValue::Str("first"),
+            },
+            Arg {
+                name: args[4],
+                value: ArgValue::Pointer(0x7f00),
+            },
+            Arg {
+                name: args[5],
+                value: ArgValue::Bool(true),
+            },
+        ],
+        terminating_flow_ids: &[0x2a_0000_0001],
+        correlation_id: Some(0x2a_0000_0001),
+        ..Slice::new(5, 3_000, 4_000, kernel)
+    })
+    .unwrap();
+    w.write_slice(&Slice {
+        terminating_flow_ids: &[0x2a_0000_0002],
+        ..Slice::new(5, 4_000, 4_000, kernel)
+    })
+    .unwrap();
+    w.write_counter(6, 2_000, CounterValue::Int(2)).unwrap();
+    w.write_counter(6, 4_000, CounterValue::Double(0.0))
+        .unwrap();
+    let end = w.intern_event_name("end");
+    w.write_instant(1, 5_000, end, &[]).unwrap();
+    assert_eq!(w.packets_written(), 16);
+    let bytes_written = w.bytes_written();
+    let bytes = w.finish().unwrap();
+    assert_eq!(bytes.len() as u64, bytes_written);
+    bytes
+}
+
+/// Splits the file into packets by hand (tag 0x0a + varint length).
+fn frames(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        assert_eq!(rest[0], 0x0a, "every record is Trace.packet");
+        rest = &rest[1..];
+        let len = prost::encoding::decode_varint(&mut rest).unwrap() as usize;
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    out
+}
+
+#[test]
+fn framing_sequence_and_flags() {
+    let bytes = small_trace();
+    let trace = Trace::decode(&bytes[..]).unwrap();
+    let frames = frames(&bytes);
+    assert_eq!(frames.len(), trace.packet.len());
+    assert_eq!(frames.len(), 16);
+    for (i, (raw, p)) in frames.iter().zip(&trace.packet).enumerate() {
+        assert_eq!(&TracePacket::decode(*raw).unwrap(), p);
+        assert_eq!(p.trusted_packet_sequence_id, Some(SEQUENCE_ID));
+        let flags = p.sequence_flags.unwrap_or(0);
+        if i == 0 {
+            assert_eq!(flags, 3, "first packet clears and needs incremental state");
+            assert!(matches!(p.data, Some(Data::ClockSnapshot(_))));
+        } else {
+            assert_eq!(flags & 1, 0, "only the first packet clears");
+        }
+        let uses_iids = matches!(&p.data, Some(Data::TrackEvent(e)) if e.name_field.is_some());
+        if uses_iids || p.interned_data.is_some() {
+            assert_eq!(flags & 2, 2, "packet {i} uses interning");
+        }
+    }
+}
+
+#[test]
+fn names_are_interned_once_in_the_first_packet_that_uses_them() {
+    let trace = Trace::decode(&small_trace()[..]).unwrap();
+    let mut defined = Vec::new();
+    let mut annotations = Vec::new();
+    for p in &trace.packet {
+        if let Some(i) = &p.interned_data {
+            defined.extend(
+                i.event_names
+                    .iter()
+                    .map(|n| (n.iid.unwrap(), n.name.clone().unwrap())),
+            );
+            annotations.extend(i.debug_annotation_names.iter().map(|n| n.iid.unwrap()));
+        }
+        if let Some(Data::TrackEvent(e)) = &p.data {
+            if let Some(track_event::NameField::NameIid(iid)) = e.name_field {
+                assert!(
+                    defined.iter().any(|(d, _)| *d == iid),
+                    "iid {iid} used before definition"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        defined,
+        [
+            (1, "hsa_queue_write".to_owned()),
+            (2, "vector_add".to_owned()),
+            (3, "end".to_owned())
+        ]
+    );
+    assert_eq!(annotations, [1, 2, 3, 4, 5, 6, 7]);
+}
+
+/// `flow_ids` (47) and `terminating_flow_ids` (48) must be written as one
+/// fixed64 field per id (wire type 1), never packed (wire type 2).
+#[test]
+fn flow_ids_are_unpacked_fixed64() {
+    let bytes = small_trace();
+    let mut flow_tags = 0;
+    let mut terminating_tags = 0;
+    for raw in frames(&bytes) {
+        let p = TracePacket::decode(raw).unwrap();
+        let Some(Data::TrackEvent(e)) = p.data else {
+            continue;
+        };
+        let encoded = e.encode_to_vec();
+        // Walk the TrackEvent's top-level fields.
+        let mut rest = &encoded[..];
+        while !rest.is_empty() {
+            let key = prost::encoding::decode_varint(&mut rest).unwrap();
+            let (field, wire) = (key >> 3, key & 7);
+            assert!(
+                !(field == 47 || field == 48) || wire == 1,
+                "flow field {field} with wire type {wire}"
+            );
+            match (field, wire) {
+                (47, _) => flow_tags += 1,
+                (48, _) => terminating_tags += 1,
+                _ => {}
+            }
+            match wire {
+                0 => {
+                    prost::encoding::decode_varint(&mut rest).unwrap();
+                }
+                1 => rest = &rest[8..],
+                2 => {
+                    let len = prost::encoding::decode_varint(&mut rest).unwrap() as usize;
+                    rest = &rest[len..];
+                }
+                5 => rest = &rest[4..],
+                w => panic!("wire type {w}"),
+            }
+        }
+    }
+    assert_eq!(flow_tags, 2);
+    assert_eq!(terminating_tags, 2);
+}
+
+/// A readable dump of the decoded trace, compared to a committed file.
+#[test]
+fn small_trace_matches_snapshot() {
+    let trace = Trace::decode(&small_trace()[..]).unwrap();
+    let mut dump = String::new();
+    for (i, p) in trace.packet.iter().enumerate() {
+        dump.push_str(&format!("--- packet {i}\n{p:#?}\n"));
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/small_trace.txt");
+    if std::env::var_os("RPROF_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &dump).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with RPROF_UPDATE_SNAPSHOTS=1)",
+            path.display()
+        )
+    });
+    if dump != expected {
+        let actual = path.with_extension("actual.txt");
+        std::fs::write(&actual, &dump).unwrap();
+        panic!(
+            "trace dump differs from {}; see {} (RPROF_UPDATE_SNAPSHOTS=1 to accept)",
+            path.display(),
+            actual.display()
+        );
+    }
+}
