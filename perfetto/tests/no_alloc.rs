@@ -54,7 +54,7 @@ fn steady_state_writes_do_not_allocate() {
         .collect();
     let grid = w.intern_annotation_name("grid.x");
     let obj = w.intern_annotation_name("kernel_object");
-    let mut run = |w: &mut TraceWriter<std::io::Sink>, round: u64| {
+    let run = |w: &mut TraceWriter<std::io::Sink>, round: u64| {
         for (i, &name) in names.iter().enumerate() {
             let t = round * 1_000_000 + i as u64 * 1_000;
             let args = [
