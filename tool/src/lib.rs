@@ -1,1 +1,62 @@
-//! placeholder
+//! `librprof_tool.so`: the rprof tool library that ROCr loads.
+//!
+//! How it gets in: ROCr's `hsa_init` loads every library named in
+//! `HSA_TOOLS_LIB` and calls its `OnLoad` with the runtime's API tables. The
+//! `rprof` command sets that variable; when the library is only
+//! `LD_PRELOAD`ed, a constructor ([`preload`]) appends the library's own path
+//! to it before `hsa_init` runs. The library never links
+//! `libhsa-runtime64`: every runtime function it calls comes from the tables
+//! given to `OnLoad`.
+//!
+//! How the pieces fit:
+//! - [`runtime`] checks the tables' versions and sizes and keeps copies of
+//!   the original entries ([`runtime::Runtime`]).
+//! - `session` is the FFI edge: `OnLoad` reads the configuration
+//!   (`RPROF_*`), enumerates GPU agents, opens the outputs, starts the
+//!   completion and writer threads of the core engine
+//!   (`rprof_core::engine`), and replaces `hsa_queue_create` (every queue
+//!   becomes an intercept queue with profiling on and rprof's interceptor),
+//!   `hsa_queue_destroy`, `hsa_executable_freeze` (kernel names),
+//!   `hsa_init` / `hsa_shut_down` (flush at the last shutdown). An `atexit`
+//!   handler flushes apps that exit without `hsa_shut_down`.
+//! - [`signals`] implements the signal pool's provider with ROCr (memory
+//!   signals without driver events) and the engine's completion backend.
+//! - `outputs` opens the sinks the configuration asks for.
+//!
+//! On any problem (bad configuration, runtime too old, no GPU, panics) rprof
+//! prints one line and the app runs untraced; every `extern "C"` entry point
+//! catches panics.
+#![deny(missing_docs)]
+
+mod outputs;
+pub mod preload;
+pub mod runtime;
+mod session;
+pub mod signals;
+
+use std::ffi::c_char;
+
+use hsa_sys::HsaApiTable;
+
+/// Called by ROCr inside `hsa_init` for a library named in `HSA_TOOLS_LIB`.
+/// Returns true (keep the library loaded) even when tracing is off, so the
+/// application always runs.
+///
+/// # Safety
+/// Called by the runtime with its API table.
+#[no_mangle]
+pub unsafe extern "C" fn OnLoad(
+    table: *mut HsaApiTable,
+    _runtime_version: u64,
+    _failed_tool_count: u64,
+    _failed_tool_names: *const *const c_char,
+) -> bool {
+    // SAFETY: `table` is the runtime's API table, as OnLoad's contract says.
+    session::guarded("OnLoad", || true, || unsafe { session::on_load(table) })
+}
+
+/// Called by ROCr when it unloads its tools (inside `hsa_shut_down`).
+#[no_mangle]
+pub extern "C" fn OnUnload() {
+    session::guarded("OnUnload", || (), session::on_unload)
+}

@@ -1,0 +1,695 @@
+//! The tracing session: what `OnLoad` sets up, the hooks it installs, the
+//! queue interceptor, and the flush at `hsa_shut_down` / exit.
+//!
+//! # Safety
+//! This module is the FFI edge: it receives raw pointers from the runtime
+//! (tables, queues, packets, interceptor data) and calls runtime entries
+//! copied at `OnLoad`. Each `unsafe` block says what it relies on. Every
+//! `extern "C"` function here catches panics; on any internal failure the
+//! call degrades to what the runtime would have done without rprof.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hsa_sys::{
+    hsa_agent_t, hsa_executable_symbol_t, hsa_executable_t, hsa_queue_t, hsa_status_t, HsaApiTable,
+    HSA_AGENT_INFO_DEVICE, HSA_AGENT_INFO_NAME, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+    HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_DEVICE_TYPE_GPU, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
+    HSA_EXECUTABLE_SYMBOL_INFO_NAME, HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
+    HSA_EXECUTABLE_SYMBOL_INFO_TYPE, HSA_STATUS_ERROR, HSA_STATUS_SUCCESS, HSA_SYMBOL_KIND_KERNEL,
+};
+use rprof_core::config::TraceConfig;
+use rprof_core::engine::{
+    boottime_ns, Engine, EngineOptions, QueueContext, RawPacket, WriterOutcome,
+};
+use rprof_core::kernels::{KernelTable, NamePolicy};
+use rprof_core::record::{AgentInfo, RunInfo};
+use rprof_core::sink::RecordSink;
+use rprof_pool::{PoolConfig, SignalPool};
+
+use crate::outputs::open_outputs;
+use crate::runtime::{edit_core_table, Runtime};
+use crate::signals::{PoolSource, PooledSignal, RocrBackend, RocrSignals};
+
+/// How long the flush waits for dispatches still on the device.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `hsa_queue_destroy` waits for the queue's traced dispatches.
+const QUEUE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default number of timestamp signals (memory signals: no driver events).
+const DEFAULT_POOL_SIZE: u32 = 4096;
+
+/// Everything a running trace needs, alive for the rest of the process.
+pub struct Session {
+    rt: Runtime,
+    engine: Arc<Engine<PooledSignal>>,
+    source: PoolSource,
+    kernels: Arc<KernelTable>,
+    agents: Vec<AgentInfo>,
+    /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
+    /// loaded rprof counts).
+    init_depth: AtomicI64,
+    /// Traced queues by `hsa_queue_t` address, with the data pointer given
+    /// to the runtime's interceptor registration.
+    queues: Mutex<HashMap<usize, *const QueueState>>,
+    threads: Mutex<Option<(JoinHandle<()>, JoinHandle<WriterOutcome>)>>,
+    finished: AtomicBool,
+    verbose: bool,
+}
+
+// SAFETY: the raw `QueueState` pointers in `queues` come from `Arc::into_raw`
+// and are only turned back into `Arc`s under the mutex; everything else is
+// `Send + Sync`.
+unsafe impl Send for Session {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Session {}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("agents", &self.agents)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the interceptor gets as its `data` pointer.
+#[derive(Debug)]
+struct QueueState {
+    ctx: Arc<QueueContext>,
+}
+
+static SESSION: OnceLock<&'static Session> = OnceLock::new();
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+fn session() -> Option<&'static Session> {
+    SESSION.get().copied()
+}
+
+/// Runs `f`, turning a panic into `fallback` (and one line on stderr).
+pub fn guarded<T>(what: &str, fallback: impl FnOnce() -> T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("rprof: internal error in {what}; continuing without it");
+            fallback()
+        }
+    }
+}
+
+/// `OnLoad`: returns whether the runtime should keep rprof loaded (always
+/// true: on any problem rprof stays loaded but inert, and the app runs
+/// untraced).
+///
+/// # Safety
+/// `table` is the runtime's API table pointer given to `OnLoad`.
+pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
+    if LOADED.swap(true, Ordering::AcqRel) {
+        if session().is_some_and(|s| s.finished.load(Ordering::Acquire)) {
+            eprintln!("rprof: the HSA runtime was initialised again after shutdown; this part of the run is not traced");
+        }
+        return true;
+    }
+    let config = match TraceConfig::from_env() {
+        Ok(Some(c)) if c.kernel_trace => c,
+        Ok(_) => return true,
+        Err(e) => {
+            eprintln!("rprof: configuration error: {e}; the application runs untraced");
+            return true;
+        }
+    };
+    // SAFETY: the pointer `OnLoad` received.
+    let rt = match unsafe { Runtime::from_tables(table) } {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rprof: {e}; the application runs untraced");
+            return true;
+        }
+    };
+    let agents = enumerate_agents(&rt);
+    if agents.is_empty() {
+        eprintln!("rprof: no GPU agent found; nothing to trace");
+        return true;
+    }
+    let kernels = Arc::new(KernelTable::new(NamePolicy::from_config(&config)));
+    let sinks = match open_outputs(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rprof: cannot create the output files: {e}; the application runs untraced");
+            return true;
+        }
+    };
+    let pool_size = std::env::var("RPROF_SIGNAL_POOL_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=1 << 20).contains(n))
+        .unwrap_or(DEFAULT_POOL_SIZE);
+    let pool = match SignalPool::new(
+        RocrSignals::new(rt),
+        PoolConfig {
+            capacity: pool_size,
+            batch: pool_size.min(256),
+            initial_value: 1,
+        },
+    ) {
+        Ok(p) => Box::leak(Box::new(p)),
+        Err(e) => {
+            eprintln!("rprof: cannot set up the signal pool: {e}; the application runs untraced");
+            return true;
+        }
+    };
+    let engine = Arc::new(Engine::new(EngineOptions {
+        max_in_flight: pool_size as usize,
+        ..EngineOptions::default()
+    }));
+    let run = run_info();
+    let session: &'static Session = Box::leak(Box::new(Session {
+        rt,
+        engine: engine.clone(),
+        source: PoolSource::new(pool),
+        kernels: kernels.clone(),
+        agents: agents.clone(),
+        init_depth: AtomicI64::new(1),
+        queues: Mutex::new(HashMap::new()),
+        threads: Mutex::new(None),
+        finished: AtomicBool::new(false),
+        verbose: std::env::var_os("RPROF_VERBOSE").is_some(),
+    }));
+    let threads = match start_threads(engine, RocrBackend::new(rt), sinks, kernels, run, agents) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "rprof: cannot start the tracing threads: {e}; the application runs untraced"
+            );
+            return true;
+        }
+    };
+    *lock(&session.threads) = Some(threads);
+    if SESSION.set(session).is_err() {
+        return true;
+    }
+    // SAFETY: validated by `from_tables`, which found every entry replaced
+    // here present; OnLoad runs inside hsa_init before any app call.
+    unsafe {
+        edit_core_table(table, |core| {
+            core.hsa_init_fn = Some(hook_init);
+            core.hsa_shut_down_fn = Some(hook_shut_down);
+            core.hsa_queue_create_fn = Some(hook_queue_create);
+            core.hsa_queue_destroy_fn = Some(hook_queue_destroy);
+            core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
+        })
+    };
+    // SAFETY: registering a plain extern "C" function; failure only means no
+    // flush at exit, which hsa_shut_down still covers.
+    unsafe { libc::atexit(at_exit) };
+    true
+}
+
+fn start_threads(
+    engine: Arc<Engine<PooledSignal>>,
+    backend: RocrBackend,
+    mut sinks: Vec<Box<dyn RecordSink + Send>>,
+    kernels: Arc<KernelTable>,
+    run: RunInfo,
+    agents: Vec<AgentInfo>,
+) -> std::io::Result<(JoinHandle<()>, JoinHandle<WriterOutcome>)> {
+    let e = engine.clone();
+    let completion = std::thread::Builder::new()
+        .name("rprof-completion".into())
+        .spawn(move || {
+            guarded(
+                "the completion thread",
+                || (),
+                || e.run_completion(&backend),
+            )
+        })?;
+    let writer = std::thread::Builder::new()
+        .name("rprof-writer".into())
+        .spawn(move || {
+            guarded("the writer thread", WriterOutcome::default, || {
+                engine.run_writer(&mut sinks, &mut &*kernels, &run, &agents)
+            })
+        })?;
+    Ok((completion, writer))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn run_info() -> RunInfo {
+    let cmdline: Vec<String> = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let process_name = cmdline
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default();
+    RunInfo {
+        pid: std::process::id(),
+        process_name,
+        cmdline,
+        hostname: rprof_core::config::hostname(),
+        start_ns: boottime_ns(),
+    }
+}
+
+fn info_string(rt: &Runtime, agent: hsa_agent_t, attribute: u32) -> String {
+    let Some(get) = rt.core.hsa_agent_get_info_fn else {
+        return String::new();
+    };
+    let mut buf = [0u8; 64];
+    // SAFETY: both attributes write at most 64 bytes (a char[64]) into `buf`.
+    let status = unsafe { get(agent, attribute, buf.as_mut_ptr().cast()) };
+    if status != HSA_STATUS_SUCCESS {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn info_u32(rt: &Runtime, agent: hsa_agent_t, attribute: u32) -> u32 {
+    let Some(get) = rt.core.hsa_agent_get_info_fn else {
+        return 0;
+    };
+    let mut v = 0u32;
+    // SAFETY: the attributes queried this way are 32-bit values.
+    let status = unsafe { get(agent, attribute, (&mut v as *mut u32).cast()) };
+    if status == HSA_STATUS_SUCCESS {
+        v
+    } else {
+        0
+    }
+}
+
+/// GPU agents in enumeration order.
+fn enumerate_agents(rt: &Runtime) -> Vec<AgentInfo> {
+    unsafe extern "C" fn collect(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
+        // SAFETY: `data` is the `Vec` passed below, alive for the iteration.
+        let v = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
+        v.push(agent);
+        HSA_STATUS_SUCCESS
+    }
+    let mut all: Vec<hsa_agent_t> = Vec::new();
+    if let Some(iterate) = rt.core.hsa_iterate_agents_fn {
+        // SAFETY: the callback only pushes into `all`, which outlives the call.
+        unsafe { iterate(Some(collect), (&mut all as *mut Vec<hsa_agent_t>).cast()) };
+    }
+    let mut out = Vec::new();
+    for agent in all {
+        if info_u32(rt, agent, HSA_AGENT_INFO_DEVICE) != HSA_DEVICE_TYPE_GPU {
+            continue;
+        }
+        out.push(AgentInfo {
+            index: out.len() as u32,
+            name: info_string(rt, agent, HSA_AGENT_INFO_NAME),
+            product_name: info_string(rt, agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME),
+            handle: agent.handle,
+            compute_units: info_u32(rt, agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT),
+        });
+    }
+    out
+}
+
+impl Session {
+    fn agent_index(&self, agent: hsa_agent_t) -> Option<u32> {
+        self.agents
+            .iter()
+            .find(|a| a.handle == agent.handle)
+            .map(|a| a.index)
+    }
+
+    /// Flushes the trace: waits (bounded) for dispatches on the device, lets
+    /// the completion and writer threads finish, and closes the outputs.
+    /// Idempotent; later calls return at once.
+    fn finish(&self, why: &str) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let t0 = Instant::now();
+        let left = self.engine.begin_shutdown(FLUSH_TIMEOUT);
+        let threads = lock(&self.threads).take();
+        let mut outcome = None;
+        if let Some((completion, writer)) = threads {
+            let _ = completion.join();
+            self.engine.stop_writer();
+            outcome = writer.join().ok();
+        }
+        if left > 0 {
+            eprintln!("rprof: {left} dispatches were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
+        }
+        if let Some(o) = outcome {
+            let m = o.metadata;
+            if m.records_lost > 0 {
+                eprintln!(
+                    "rprof: {} records could not be recorded (see the run metadata)",
+                    m.records_lost
+                );
+            }
+            if self.verbose {
+                let stats = self.source.pool().stats();
+                eprintln!(
+                    "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits",
+                    t0.elapsed(),
+                    m.dispatches,
+                    m.filtered_out,
+                    m.records_lost,
+                    m.start_clamped,
+                    m.end_clamped,
+                    stats.created,
+                    stats.high_water,
+                    stats.acquire_waits
+                );
+            }
+        }
+    }
+}
+
+/// `OnUnload`: the runtime is unloading rprof (inside `hsa_shut_down`).
+pub fn on_unload() {
+    if let Some(s) = session() {
+        s.finish("OnUnload");
+    }
+}
+
+extern "C" fn at_exit() {
+    guarded(
+        "the exit flush",
+        || (),
+        || {
+            if let Some(s) = session() {
+                s.finish("exit");
+            }
+        },
+    )
+}
+
+unsafe extern "C" fn hook_init() -> hsa_status_t {
+    let Some(s) = session() else {
+        return HSA_STATUS_ERROR;
+    };
+    let Some(init) = s.rt.core.hsa_init_fn else {
+        return HSA_STATUS_ERROR;
+    };
+    // SAFETY: the runtime's own hsa_init.
+    let status = unsafe { init() };
+    if status == HSA_STATUS_SUCCESS {
+        s.init_depth.fetch_add(1, Ordering::AcqRel);
+    }
+    status
+}
+
+unsafe extern "C" fn hook_shut_down() -> hsa_status_t {
+    let Some(s) = session() else {
+        return HSA_STATUS_ERROR;
+    };
+    guarded(
+        "hsa_shut_down",
+        || (),
+        || {
+            if s.init_depth.fetch_sub(1, Ordering::AcqRel) == 1 {
+                s.finish("hsa_shut_down");
+            }
+        },
+    );
+    let Some(shut_down) = s.rt.core.hsa_shut_down_fn else {
+        return HSA_STATUS_ERROR;
+    };
+    // SAFETY: the runtime's own hsa_shut_down.
+    unsafe { shut_down() }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn hook_queue_create(
+    agent: hsa_agent_t,
+    size: u32,
+    type_: hsa_sys::hsa_queue_type32_t,
+    callback: Option<unsafe extern "C" fn(hsa_status_t, *mut hsa_queue_t, *mut c_void)>,
+    data: *mut c_void,
+    private_segment_size: u32,
+    group_segment_size: u32,
+    queue: *mut *mut hsa_queue_t,
+) -> hsa_status_t {
+    let Some(s) = session() else {
+        return HSA_STATUS_ERROR;
+    };
+    let Some(original) = s.rt.core.hsa_queue_create_fn else {
+        return HSA_STATUS_ERROR;
+    };
+    let traced = guarded(
+        "hsa_queue_create",
+        || None,
+        || {
+            if !s.engine.is_tracing() || queue.is_null() {
+                return None;
+            }
+            let agent_index = s.agent_index(agent)?;
+            let create = s.rt.amd.hsa_amd_queue_intercept_create_fn?;
+            // SAFETY: the app's own arguments, passed on unchanged to the
+            // runtime's intercept-queue constructor (same contract as
+            // hsa_queue_create).
+            let status = unsafe {
+                create(
+                    agent,
+                    size,
+                    type_,
+                    callback,
+                    data,
+                    private_segment_size,
+                    group_segment_size,
+                    queue,
+                )
+            };
+            if status != HSA_STATUS_SUCCESS {
+                return None;
+            }
+            // SAFETY: the runtime just stored a valid queue pointer.
+            let q = unsafe { *queue };
+            // SAFETY: `q` is a live queue created above.
+            let queue_id = unsafe { (*q).id };
+            if let Some(enable) = s.rt.amd.hsa_amd_profiling_set_profiler_enabled_fn {
+                // SAFETY: live queue.
+                unsafe { enable(q, 1) };
+            }
+            let state = Arc::new(QueueState {
+                ctx: Arc::new(QueueContext::new(queue_id, agent_index, agent.handle)),
+            });
+            let raw = Arc::into_raw(state);
+            let register = s.rt.amd.hsa_amd_queue_intercept_register_fn?;
+            // SAFETY: live intercept queue; `raw` stays valid until the queue is
+            // destroyed (it is released only after the runtime's destroy returns).
+            let status = unsafe { register(q, Some(interceptor), raw as *mut c_void) };
+            if status != HSA_STATUS_SUCCESS {
+                // SAFETY: `raw` came from `Arc::into_raw` above and was not registered.
+                drop(unsafe { Arc::from_raw(raw) });
+                // The queue works as a plain (untraced) intercept queue.
+                return Some(HSA_STATUS_SUCCESS);
+            }
+            lock(&s.queues).insert(q as usize, raw);
+            Some(HSA_STATUS_SUCCESS)
+        },
+    );
+    match traced {
+        Some(status) => status,
+        // SAFETY: the runtime's own hsa_queue_create with the app's arguments.
+        None => unsafe {
+            original(
+                agent,
+                size,
+                type_,
+                callback,
+                data,
+                private_segment_size,
+                group_segment_size,
+                queue,
+            )
+        },
+    }
+}
+
+unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t {
+    let Some(s) = session() else {
+        return HSA_STATUS_ERROR;
+    };
+    let Some(original) = s.rt.core.hsa_queue_destroy_fn else {
+        return HSA_STATUS_ERROR;
+    };
+    let state = guarded(
+        "hsa_queue_destroy",
+        || None,
+        || {
+            let raw = lock(&s.queues).remove(&(queue as usize))?;
+            // SAFETY: `raw` is alive: its `Arc` is released only below.
+            let ctx = unsafe { &(*raw).ctx };
+            // Let the queue's traced kernels finish before the queue goes away,
+            // so none of them is lost (bounded: an app may destroy a queue with
+            // work that never ends).
+            let t0 = Instant::now();
+            while ctx.in_flight() > 0 && t0.elapsed() < QUEUE_DRAIN_TIMEOUT {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Some(raw)
+        },
+    );
+    // SAFETY: the runtime's own hsa_queue_destroy on the app's queue.
+    let status = unsafe { original(queue) };
+    if let Some(raw) = state {
+        // SAFETY: the queue is gone, so the runtime no longer calls the
+        // interceptor with `raw`; this releases the reference taken at create.
+        drop(unsafe { Arc::from_raw(raw) });
+    }
+    status
+}
+
+unsafe extern "C" fn hook_executable_freeze(
+    executable: hsa_executable_t,
+    options: *const c_char,
+) -> hsa_status_t {
+    let Some(s) = session() else {
+        return HSA_STATUS_ERROR;
+    };
+    let Some(original) = s.rt.core.hsa_executable_freeze_fn else {
+        return HSA_STATUS_ERROR;
+    };
+    // SAFETY: the runtime's own freeze with the app's arguments.
+    let status = unsafe { original(executable, options) };
+    if status == HSA_STATUS_SUCCESS {
+        guarded(
+            "hsa_executable_freeze",
+            || (),
+            || record_kernels(s, executable),
+        );
+    }
+    status
+}
+
+fn record_kernels(s: &'static Session, executable: hsa_executable_t) {
+    unsafe extern "C" fn visit(
+        _exec: hsa_executable_t,
+        symbol: hsa_executable_symbol_t,
+        data: *mut c_void,
+    ) -> hsa_status_t {
+        // SAFETY: `data` is the session passed below.
+        let s = unsafe { &*data.cast::<Session>() };
+        guarded(
+            "kernel symbol lookup",
+            || (),
+            || {
+                let Some(get) = s.rt.core.hsa_executable_symbol_get_info_fn else {
+                    return;
+                };
+                let mut kind = 0u32;
+                // SAFETY: TYPE is a 32-bit hsa_symbol_kind_t.
+                if unsafe {
+                    get(
+                        symbol,
+                        HSA_EXECUTABLE_SYMBOL_INFO_TYPE,
+                        (&mut kind as *mut u32).cast(),
+                    )
+                } != HSA_STATUS_SUCCESS
+                    || kind != HSA_SYMBOL_KIND_KERNEL
+                {
+                    return;
+                }
+                let mut len = 0u32;
+                // SAFETY: NAME_LENGTH is a u32.
+                if unsafe {
+                    get(
+                        symbol,
+                        HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
+                        (&mut len as *mut u32).cast(),
+                    )
+                } != HSA_STATUS_SUCCESS
+                {
+                    return;
+                }
+                // NAME is written without a terminator; leave room anyway.
+                let mut name = vec![0u8; len as usize + 1];
+                // SAFETY: NAME writes `len` bytes into a buffer of `len + 1`.
+                if unsafe {
+                    get(
+                        symbol,
+                        HSA_EXECUTABLE_SYMBOL_INFO_NAME,
+                        name.as_mut_ptr().cast(),
+                    )
+                } != HSA_STATUS_SUCCESS
+                {
+                    return;
+                }
+                name.truncate(len as usize);
+                let mut object = 0u64;
+                // SAFETY: KERNEL_OBJECT is a u64.
+                if unsafe {
+                    get(
+                        symbol,
+                        HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
+                        (&mut object as *mut u64).cast(),
+                    )
+                } != HSA_STATUS_SUCCESS
+                {
+                    return;
+                }
+                let name = String::from_utf8_lossy(&name);
+                let name = name.trim_end_matches('\0');
+                s.kernels.insert(object, name);
+            },
+        );
+        HSA_STATUS_SUCCESS
+    }
+    if let Some(iterate) = s.rt.core.hsa_executable_iterate_symbols_fn {
+        // SAFETY: a frozen executable; the callback only reads symbols and
+        // uses the session, which lives for the rest of the process.
+        unsafe {
+            iterate(
+                executable,
+                Some(visit),
+                (s as *const Session).cast_mut().cast(),
+            )
+        };
+    }
+}
+
+/// The queue interceptor: runs on the app's thread, under the queue's lock.
+/// Calls `writer` exactly once, with the rewritten batch, or with the
+/// original packets if anything went wrong before writing.
+unsafe extern "C" fn interceptor(
+    pkts: *const c_void,
+    pkt_count: u64,
+    _user_pkt_index: u64,
+    data: *mut c_void,
+    writer: hsa_sys::hsa_amd_queue_intercept_packet_writer,
+) {
+    let Some(writer) = writer else { return };
+    let written = std::cell::Cell::new(false);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(s) = session() else { return };
+        if pkts.is_null() || data.is_null() || pkt_count == 0 {
+            return;
+        }
+        // SAFETY: the runtime passes `pkt_count` packets of 64 bytes;
+        // `RawPacket` is a byte array with alignment 1.
+        let packets =
+            unsafe { std::slice::from_raw_parts(pkts.cast::<RawPacket>(), pkt_count as usize) };
+        // SAFETY: `data` is the `QueueState` registered with this queue,
+        // alive until after the runtime destroys the queue.
+        let state = unsafe { &*data.cast::<QueueState>() };
+        s.engine.intercept(&state.ctx, packets, &s.source, |out| {
+            written.set(true);
+            // SAFETY: the runtime's writer for this call, called once, with
+            // packets that live until it returns.
+            unsafe { writer(out.as_ptr().cast(), out.len() as u64) };
+        });
+    }));
+    if !written.get() {
+        // SAFETY: pass the original packets through unchanged.
+        unsafe { writer(pkts, pkt_count) };
+    }
+}
