@@ -574,3 +574,88 @@ fn graph_storm_size_per_dispatch() {
         );
     }
 }
+
+/// Benchmark, not a timed test: prints the sink's throughput.
+/// `cargo test --release --test perfetto_sink -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark; prints figures"]
+fn bench_sink_throughput() {
+    let names: Vec<String> = (0..256)
+        .map(|i| format!("graph_node_kernel_{i:03}"))
+        .collect();
+    for (kernel_args, batch) in [
+        (KernelArgs::Compact, 1u64),
+        (KernelArgs::Compact, 256),
+        (KernelArgs::Full, 1),
+    ] {
+        let path = tmp("bench.pftrace");
+        let dispatches = 2_000_000u64;
+        let started = std::time::Instant::now();
+        let mut sink = PerfettoSink::with_options(
+            &path,
+            PerfettoOptions {
+                kernel_args,
+                clocks: None,
+            },
+        )
+        .unwrap();
+        sink.start(&run_info(), &agents()).unwrap();
+        let mut records = 0u64;
+        let mut d = 0u64;
+        while d < dispatches {
+            let t = BASE_NS + d * 2_000;
+            let queue = 1 + (d / batch) % 4;
+            sink.intercept(&InterceptRecord {
+                thread_id: PID + (queue as u32 % 2),
+                queue_id: queue,
+                agent_index: (queue % 2) as u32,
+                begin_ns: t,
+                end_ns: t + 500,
+                first_correlation_id: (u64::from(PID) << 32) | (d + 1),
+                dispatch_count: batch as u32,
+                packet_count: batch as u32,
+            })
+            .unwrap();
+            records += 1;
+            for i in 0..batch {
+                let n = d + i + 1;
+                let k = (n % 256) as usize;
+                let start = t + 1_000 + i * 1_200;
+                let info = KernelInfo {
+                    kernel_id: k as u64 + 1,
+                    display_name: &names[k],
+                    symbol_name: &names[k],
+                };
+                sink.dispatch(
+                    &DispatchRecord {
+                        correlation_id: (u64::from(PID) << 32) | n,
+                        dispatch_id: n,
+                        agent_index: (queue % 2) as u32,
+                        queue_id: queue,
+                        thread_id: PID,
+                        kernel_object: 0x7f00_0000_0000 + k as u64 * 0x40,
+                        grid: [65536, 1, 1],
+                        workgroup: [256, 1, 1],
+                        private_segment_size: 0,
+                        group_segment_size: 0,
+                        enqueue_ns: t + 100,
+                        start_ns: start,
+                        end_ns: start + 900,
+                    },
+                    &info,
+                )
+                .unwrap();
+                records += 1;
+            }
+            d += batch;
+        }
+        sink.finish(&RunMetadata::default()).unwrap();
+        let secs = started.elapsed().as_secs_f64();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        println!(
+            "PerfettoSink {kernel_args:?}, batches of {batch}: {records} records in {secs:.3} s = {:.2} M records/s, {:.1} bytes/dispatch",
+            records as f64 / secs / 1e6,
+            bytes as f64 / dispatches as f64
+        );
+    }
+}
