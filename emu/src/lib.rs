@@ -1,1 +1,74 @@
-//! placeholder
+//! rprof-emu: an emulated AMD GPU, built as a replacement `libhsakmt.so.1` (the ROCr "thunk").
+//!
+//! The real ROCr 5.2.3 (and HIP on top of it) runs unmodified over this library when it comes first on
+//! `LD_LIBRARY_PATH`. How the pieces fit:
+//!
+//! * [`thunk`] exports the 42 `hsaKmt*` functions ROCr imports, with the C signatures of `hsakmt.h`, all versioned
+//!   `HSAKMT_1`. Each wraps its body in `catch_unwind` and translates to and from the KFD structs of
+//!   [`hsa_sys::hsakmt`].
+//! * [`Emulator`] is the process-wide machine, created on first use from the [`config::Config`] read from the
+//!   environment: its [`topology::Topology`] (nodes, banks, caches, links), [`memory::MemoryTable`] (host-backed
+//!   allocations and registered user memory), [`events::EventTable`] (KFD events with their mailbox page),
+//!   [`cp::CommandProcessor`] (the AQL queues and the single command-processor thread with its deadline heap) and
+//!   [`kernels::HostKernelRegistry`] (host implementations of kernels).
+//! * [`kernels`] says what a kernel object is: its symbol (parsed from the loaded code object), a registered host
+//!   function, or one of ROCr's blit kernels, which the CP executes on the host.
+//! * [`capi`] is the documented C API (`include/rprof_emu.h`) for tests: host kernels, device-side signal
+//!   operations, statistics.
+//! * [`clock`] defines the system and GPU clocks; [`test_support`] builds the `LD_LIBRARY_PATH` directory for tests.
+//!
+//! # Safety
+//! Unsafe code lives at the FFI edge ([`thunk`], [`capi`]) and where the emulator plays hardware on memory shared
+//! with ROCr ([`cp`], [`memory`]); each block states its reasoning.
+#![deny(missing_docs)]
+
+pub mod capi;
+pub mod clock;
+pub mod config;
+pub mod cp;
+pub mod events;
+pub mod kernels;
+pub mod memory;
+pub mod test_support;
+pub mod thunk;
+pub mod topology;
+
+use std::sync::OnceLock;
+
+/// The emulated machine.
+#[derive(Debug)]
+pub struct Emulator {
+    /// Configuration it was built from.
+    pub config: config::Config,
+    /// Nodes.
+    pub topology: topology::Topology,
+    /// Memory.
+    pub memory: memory::MemoryTable,
+    /// Events.
+    pub events: events::EventTable,
+    /// Queues and the CP thread.
+    pub cp: cp::CommandProcessor,
+    /// Host kernels.
+    pub host_kernels: kernels::HostKernelRegistry,
+}
+
+static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
+
+/// The process-wide emulator, or the configuration error that prevents it.
+pub fn emulator() -> Result<&'static Emulator, &'static str> {
+    let e = EMULATOR.get_or_init(|| {
+        let config = config::Config::from_env().map_err(|e| {
+            eprintln!("rprof-emu: bad configuration: {e}");
+            e
+        })?;
+        Ok(Emulator {
+            topology: topology::Topology::new(&config),
+            config,
+            memory: memory::MemoryTable::default(),
+            events: events::EventTable::new(),
+            cp: cp::CommandProcessor::new(),
+            host_kernels: kernels::HostKernelRegistry::default(),
+        })
+    });
+    e.as_ref().map_err(String::as_str)
+}

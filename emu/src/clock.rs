@@ -1,0 +1,62 @@
+//! Clocks of the emulated machine.
+//!
+//! The system clock is `CLOCK_BOOTTIME` in nanoseconds (1 GHz), as modern KFD reports it. The GPU clock is a separate
+//! 100 MHz counter with an offset, so that ROCr's tick → system-time translation is exercised rather than being an
+//! identity: `gpu_ticks = boottime_ns / 10 + 5e9`.
+
+/// Frequency of the system clock reported by `hsaKmtGetClockCounters` (Hz).
+pub const SYSTEM_CLOCK_HZ: u64 = 1_000_000_000;
+/// Nanoseconds per GPU tick (100 MHz GPU clock).
+pub const NS_PER_GPU_TICK: u64 = 10;
+/// Offset added to the GPU counter so that it never equals the system clock.
+pub const GPU_TICK_OFFSET: u64 = 5_000_000_000;
+
+fn read_clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and `id` is a clock id every Linux kernel supports.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds: the emulator's time base and the system clock.
+pub fn now_ns() -> u64 {
+    read_clock(libc::CLOCK_BOOTTIME)
+}
+
+/// `CLOCK_MONOTONIC_RAW` in nanoseconds (the "CPU clock" of `HsaClockCounters`).
+pub fn cpu_ns() -> u64 {
+    read_clock(libc::CLOCK_MONOTONIC_RAW)
+}
+
+/// GPU ticks at system time `ns`.
+pub fn gpu_ticks_at(ns: u64) -> u64 {
+    ns / NS_PER_GPU_TICK + GPU_TICK_OFFSET
+}
+
+/// System time (ns) of GPU tick `ticks`; inverse of [`gpu_ticks_at`] up to tick granularity.
+pub fn ns_of_gpu_ticks(ticks: u64) -> u64 {
+    ticks.saturating_sub(GPU_TICK_OFFSET) * NS_PER_GPU_TICK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_clock_round_trips_at_tick_granularity() {
+        let ns = 123_456_789_015;
+        assert_eq!(gpu_ticks_at(ns), 12_345_678_901 + GPU_TICK_OFFSET);
+        assert_eq!(ns_of_gpu_ticks(gpu_ticks_at(ns)), 123_456_789_010);
+    }
+
+    #[test]
+    fn clocks_advance() {
+        let a = now_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = now_ns();
+        assert!(b >= a + 2_000_000, "{a} {b}");
+    }
+}

@@ -1,0 +1,357 @@
+//! Emulator configuration: environment variables, optionally layered over a config file.
+//!
+//! Every setting is a `KEY=VALUE` pair. It can come from the environment as `RPROF_EMU_KEY=VALUE`, or from the file
+//! named by `RPROF_EMU_CONFIG` (one `KEY=VALUE` per line, `#` starts a comment, keys written without the
+//! `RPROF_EMU_` prefix). The environment wins over the file. Unknown keys and bad values are errors: the emulator
+//! then refuses `hsaKmtOpenKFD` and says why on stderr, so that a typo never silently yields another machine.
+
+use std::collections::HashMap;
+
+/// One ISA the emulator can present, with the properties KFD would report for a typical board.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuModel {
+    /// `gfx90a` etc.
+    pub name: &'static str,
+    /// `EngineId` major.minor.stepping, as in ROCr's ISA registry.
+    pub gfx_version: (u32, u32, u32),
+    /// PCI device id.
+    pub device_id: u16,
+    /// Marketing name (becomes `HSA_AMD_AGENT_INFO_PRODUCT_NAME`).
+    pub marketing_name: &'static str,
+    /// Default number of compute units.
+    pub compute_units: u32,
+    /// SIMDs per CU (KFD's `NumSIMDPerCU`).
+    pub simds_per_cu: u32,
+    /// Native wavefront size.
+    pub wavefront_size: u32,
+}
+
+/// The ISAs the emulator knows.
+pub const GPU_MODELS: [GpuModel; 5] = [
+    GpuModel {
+        name: "gfx900",
+        gfx_version: (9, 0, 0),
+        device_id: 0x6860,
+        marketing_name: "Emulated Radeon Instinct MI25",
+        compute_units: 64,
+        simds_per_cu: 4,
+        wavefront_size: 64,
+    },
+    GpuModel {
+        name: "gfx906",
+        gfx_version: (9, 0, 6),
+        device_id: 0x66a1,
+        marketing_name: "Emulated AMD Instinct MI50",
+        compute_units: 60,
+        simds_per_cu: 4,
+        wavefront_size: 64,
+    },
+    GpuModel {
+        name: "gfx908",
+        gfx_version: (9, 0, 8),
+        device_id: 0x738c,
+        marketing_name: "Emulated AMD Instinct MI100",
+        compute_units: 120,
+        simds_per_cu: 4,
+        wavefront_size: 64,
+    },
+    GpuModel {
+        name: "gfx90a",
+        gfx_version: (9, 0, 10),
+        device_id: 0x740f,
+        marketing_name: "Emulated AMD Instinct MI210",
+        compute_units: 104,
+        simds_per_cu: 4,
+        wavefront_size: 64,
+    },
+    GpuModel {
+        name: "gfx1030",
+        gfx_version: (10, 3, 0),
+        device_id: 0x73bf,
+        marketing_name: "Emulated AMD Radeon RX 6800 XT",
+        compute_units: 72,
+        simds_per_cu: 2,
+        wavefront_size: 32,
+    },
+];
+
+/// Which kernels a duration override applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelKey {
+    /// Symbol name, without the `.kd` suffix.
+    Name(String),
+    /// Kernel object (descriptor address).
+    Object(u64),
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// GPUs, one node each (only the first is used in the APU layout).
+    pub gpus: Vec<GpuModel>,
+    /// APU layout: a single node holding the CPU cores and the GPU.
+    pub apu: bool,
+    /// Compute units per GPU (overrides the model default).
+    pub compute_units: Option<u32>,
+    /// Fixed cost of every kernel (ns).
+    pub kernel_base_ns: u64,
+    /// Cost of one workgroup on one CU (ns); divided by the CU count.
+    pub kernel_workgroup_ns: u64,
+    /// Every kernel takes exactly this long (ns), unless a per-kernel override says otherwise.
+    pub kernel_fixed_ns: Option<u64>,
+    /// Per-kernel durations (ns).
+    pub kernel_ns: Vec<(KernelKey, u64)>,
+    /// How long the command processor keeps spinning after its last activity (µs).
+    pub spin_us: u64,
+    /// Longest nap of the idle command processor (µs).
+    pub max_nap_us: u64,
+    /// Size of each GPU's frame buffer (MiB).
+    pub vram_mib: u64,
+    /// Log unusual events (unknown pointers, faults) to stderr.
+    pub log: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gpus: vec![GPU_MODELS[3]],
+            apu: false,
+            compute_units: None,
+            kernel_base_ns: 2_000,
+            kernel_workgroup_ns: 1_000,
+            kernel_fixed_ns: None,
+            kernel_ns: Vec::new(),
+            spin_us: 200,
+            max_nap_us: 1_000,
+            vram_mib: 16 * 1024,
+            log: false,
+        }
+    }
+}
+
+const KEYS: [&str; 12] = [
+    "GPUS",
+    "APU",
+    "CUS",
+    "KERNEL_BASE_NS",
+    "KERNEL_WG_NS",
+    "KERNEL_NS",
+    "SPIN_US",
+    "MAX_NAP_US",
+    "VRAM_MB",
+    "LOG",
+    "CONFIG",
+    "ISA",
+];
+
+fn parse_u64(key: &str, v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let parsed = if let Some(hex) = v.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16)
+    } else {
+        v.parse()
+    };
+    parsed.map_err(|_| format!("{key}: '{v}' is not a number"))
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        other => Err(format!("{key}: '{other}' is not a boolean")),
+    }
+}
+
+/// Looks an ISA up by name (`gfx90a`, also accepted with `:feature` suffixes stripped).
+pub fn model_by_name(name: &str) -> Option<GpuModel> {
+    let base = name.trim().split(':').next().unwrap_or("");
+    GPU_MODELS.iter().copied().find(|m| m.name == base)
+}
+
+impl Config {
+    /// Reads the process environment (and the file it names).
+    pub fn from_env() -> Result<Config, String> {
+        let mut pairs: HashMap<String, String> = HashMap::new();
+        if let Ok(path) = std::env::var("RPROF_EMU_CONFIG") {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("RPROF_EMU_CONFIG={path}: {e}"))?;
+            for (k, v) in parse_file(&text)? {
+                pairs.insert(k, v);
+            }
+        }
+        for (k, v) in std::env::vars() {
+            if let Some(key) = k.strip_prefix("RPROF_EMU_") {
+                pairs.insert(key.to_string(), v);
+            }
+        }
+        Config::from_pairs(&pairs)
+    }
+
+    /// Builds a configuration from `KEY → VALUE` pairs (keys without the `RPROF_EMU_` prefix).
+    pub fn from_pairs(pairs: &HashMap<String, String>) -> Result<Config, String> {
+        let mut c = Config::default();
+        for (k, v) in pairs {
+            if !KEYS.contains(&k.as_str()) {
+                return Err(format!("unknown setting RPROF_EMU_{k}"));
+            }
+            match k.as_str() {
+                "GPUS" | "ISA" => {
+                    let mut gpus = Vec::new();
+                    for name in v.split(',').filter(|s| !s.trim().is_empty()) {
+                        gpus.push(model_by_name(name).ok_or_else(|| {
+                            format!("{k}: unknown ISA '{name}' (known: gfx900 gfx906 gfx908 gfx90a gfx1030)")
+                        })?);
+                    }
+                    if gpus.is_empty() {
+                        return Err(format!("{k}: no GPU given"));
+                    }
+                    c.gpus = gpus;
+                }
+                "APU" => c.apu = parse_bool(k, v)?,
+                "CUS" => {
+                    let n = parse_u64(k, v)?;
+                    if n == 0 || n > 1024 {
+                        return Err(format!("CUS: {n} is out of range 1..=1024"));
+                    }
+                    c.compute_units = Some(n as u32);
+                }
+                "KERNEL_BASE_NS" => c.kernel_base_ns = parse_u64(k, v)?,
+                "KERNEL_WG_NS" => c.kernel_workgroup_ns = parse_u64(k, v)?,
+                "KERNEL_NS" => {
+                    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                        match item.rsplit_once('=') {
+                            None => c.kernel_fixed_ns = Some(parse_u64(k, item)?),
+                            Some((key, ns)) => {
+                                let ns = parse_u64(k, ns)?;
+                                let key = key.trim();
+                                let key = if let Some(hex) = key.strip_prefix("0x") {
+                                    KernelKey::Object(u64::from_str_radix(hex, 16).map_err(
+                                        |_| format!("KERNEL_NS: bad kernel object '{key}'"),
+                                    )?)
+                                } else {
+                                    KernelKey::Name(
+                                        key.strip_suffix(".kd").unwrap_or(key).to_string(),
+                                    )
+                                };
+                                c.kernel_ns.push((key, ns));
+                            }
+                        }
+                    }
+                }
+                "SPIN_US" => c.spin_us = parse_u64(k, v)?,
+                "MAX_NAP_US" => c.max_nap_us = parse_u64(k, v)?.max(1),
+                "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
+                "LOG" => c.log = parse_bool(k, v)?,
+                _ => {} // CONFIG: the file itself
+            }
+        }
+        Ok(c)
+    }
+
+    /// Compute units of GPU `model`.
+    pub fn cus_of(&self, model: &GpuModel) -> u32 {
+        self.compute_units.unwrap_or(model.compute_units)
+    }
+
+    /// Duration override for a kernel, by object first, then by name, then the fixed duration.
+    pub fn kernel_override(&self, object: u64, name: Option<&str>) -> Option<u64> {
+        let by_object = self
+            .kernel_ns
+            .iter()
+            .find(|(k, _)| *k == KernelKey::Object(object))
+            .map(|(_, ns)| *ns);
+        let by_name = || {
+            let name = name?;
+            let name = name.strip_suffix(".kd").unwrap_or(name);
+            self.kernel_ns
+                .iter()
+                .find(|(k, _)| matches!(k, KernelKey::Name(n) if n == name))
+                .map(|(_, ns)| *ns)
+        };
+        by_object.or_else(by_name).or(self.kernel_fixed_ns)
+    }
+
+    /// The default time model: `base + ceil(workgroups / cus) * workgroup_ns`.
+    pub fn model_duration_ns(&self, workgroups: u64, cus: u32) -> u64 {
+        let waves = workgroups.div_ceil(u64::from(cus.max(1)));
+        self.kernel_base_ns + waves.saturating_mul(self.kernel_workgroup_ns)
+    }
+}
+
+fn parse_file(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| format!("config line {}: expected KEY=VALUE", i + 1))?;
+        let k = k.trim();
+        let k = k.strip_prefix("RPROF_EMU_").unwrap_or(k);
+        out.push((k.to_string(), v.trim().to_string()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(items: &[(&str, &str)]) -> HashMap<String, String> {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_one_gfx90a() {
+        let c = Config::from_pairs(&HashMap::new()).unwrap();
+        assert_eq!(c.gpus.len(), 1);
+        assert_eq!(c.gpus[0].name, "gfx90a");
+        assert!(!c.apu);
+        assert_eq!(c.model_duration_ns(1, 104), 3_000);
+        assert_eq!(c.model_duration_ns(209, 104), 5_000);
+    }
+
+    #[test]
+    fn parses_gpus_and_overrides() {
+        let c = Config::from_pairs(&pairs(&[
+            ("GPUS", "gfx90a,gfx908:sramecc+"),
+            ("CUS", "8"),
+            ("KERNEL_NS", "vadd=5000, 0x1000=7,  slow.kd=9"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.gpus.iter().map(|g| g.name).collect::<Vec<_>>(),
+            ["gfx90a", "gfx908"]
+        );
+        assert_eq!(c.cus_of(&c.gpus[1]), 8);
+        assert_eq!(c.kernel_override(0x1000, Some("vadd")), Some(7));
+        assert_eq!(c.kernel_override(0x2000, Some("vadd.kd")), Some(5000));
+        assert_eq!(c.kernel_override(0x2000, Some("slow")), Some(9));
+        assert_eq!(c.kernel_override(0x2000, Some("other")), None);
+        let fixed = Config::from_pairs(&pairs(&[("KERNEL_NS", "0,vadd=3")])).unwrap();
+        assert_eq!(fixed.kernel_override(1, Some("x")), Some(0));
+        assert_eq!(fixed.kernel_override(1, Some("vadd")), Some(3));
+    }
+
+    #[test]
+    fn rejects_typos() {
+        assert!(Config::from_pairs(&pairs(&[("GPU", "gfx90a")])).is_err());
+        assert!(Config::from_pairs(&pairs(&[("GPUS", "gfx999")])).is_err());
+        assert!(Config::from_pairs(&pairs(&[("CUS", "many")])).is_err());
+    }
+
+    #[test]
+    fn file_syntax() {
+        let kv = parse_file("# comment\nGPUS = gfx906\nRPROF_EMU_APU=1 # trailing\n\n").unwrap();
+        assert_eq!(
+            kv,
+            vec![("GPUS".into(), "gfx906".into()), ("APU".into(), "1".into())]
+        );
+        assert!(parse_file("nonsense").is_err());
+    }
+}

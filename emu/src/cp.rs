@@ -1,0 +1,680 @@
+//! The software command processor: one thread that serves every AQL queue of every emulated GPU.
+//!
+//! # Safety
+//! The command processor reads and writes memory that ROCr shares with "hardware": ring buffers, doorbells,
+//! `amd_queue_t` and `amd_signal_t`. It only touches a ring (and its `amd_queue_t`) while the queue is registered,
+//! under the queue-list lock that `hsaKmtDestroyQueue` also takes, so it stops touching a ring before destroy
+//! returns. Signals are accessed through the addresses in packets, as hardware does; kernel objects and kernargs
+//! are only read when they lie in memory the emulator tracks.
+//!
+//! Scheduling, per pass over all queues:
+//! 1. Retire kernels whose modelled end time has passed (deadline heap): write start/end ticks when the queue has
+//!    profiling on, decrement the completion signal, write its event id to its mailbox and fire the event.
+//! 2. For each queue, launch packets in order while the doorbell says they were submitted and their header is
+//!    valid. Several dispatches of one queue may be in flight unless a packet's barrier bit forbids it. Barrier
+//!    AND/OR packets retire when their dependencies are met (the queue stalls until then); vendor-specific (PM4 IB)
+//!    and agent-dispatch packets retire at once. Every consumed packet's header is reset to INVALID and the read
+//!    index (`amd_queue_t.read_dispatch_id`) advanced. Invalid packets put the queue in error: ROCr's
+//!    `queue_inactive_signal` gets the hardware error code and its event fires.
+//! 3. Idle policy: after the last progress the thread spins (with `sched_yield`) for `spin_us`; then it naps, starting
+//!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use hsa_sys::{amd_queue_t, amd_signal_t, hsa_barrier_and_packet_t, hsa_kernel_dispatch_packet_t};
+
+use crate::clock::{gpu_ticks_at, now_ns};
+use crate::kernels::{recognise_blit, resolve_symbol, Blit, HostKernel};
+use crate::Emulator;
+
+const PACKET_BYTES: usize = 64;
+const TYPE_VENDOR_SPECIFIC: u16 = hsa_sys::HSA_PACKET_TYPE_VENDOR_SPECIFIC as u16;
+const TYPE_INVALID: u16 = hsa_sys::HSA_PACKET_TYPE_INVALID as u16;
+const TYPE_KERNEL_DISPATCH: u16 = hsa_sys::HSA_PACKET_TYPE_KERNEL_DISPATCH as u16;
+const TYPE_BARRIER_AND: u16 = hsa_sys::HSA_PACKET_TYPE_BARRIER_AND as u16;
+const TYPE_AGENT_DISPATCH: u16 = hsa_sys::HSA_PACKET_TYPE_AGENT_DISPATCH as u16;
+const TYPE_BARRIER_OR: u16 = hsa_sys::HSA_PACKET_TYPE_BARRIER_OR as u16;
+const BARRIER_BIT: u16 = 1 << hsa_sys::HSA_PACKET_HEADER_BARRIER;
+const PROFILING_BIT: u32 = hsa_sys::AMD_QUEUE_PROPERTIES_ENABLE_PROFILING as u32;
+/// Offset of the completion signal in every packet format.
+const COMPLETION_SIGNAL_OFFSET: usize = 56;
+/// Number of doorbell slots (ROCr's `MAX_NUM_DOORBELLS`).
+pub const DOORBELL_SLOTS: usize = 1024;
+
+/// Hardware queue error codes as ROCr's `DynamicScratchHandler` decodes them.
+pub mod error_code {
+    /// Invalid dimensions / workgroup sizes.
+    pub const INVALID_DIM: i64 = 2;
+    /// Invalid (or NULL) code object.
+    pub const INVALID_CODE: i64 = 8;
+    /// Invalid packet format.
+    pub const INVALID_PACKET: i64 = 32;
+}
+
+/// One page of 64-bit doorbells; `(addr >> 3) & 1023` is distinct for every slot, as ROCr's trap map needs.
+#[repr(C, align(8192))]
+#[derive(Debug)]
+pub struct DoorbellPage {
+    slots: [AtomicU64; DOORBELL_SLOTS],
+}
+
+impl DoorbellPage {
+    fn new() -> Box<DoorbellPage> {
+        Box::new(DoorbellPage {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        })
+    }
+}
+
+/// Counters exposed through `rprof_emu_get_stats`.
+#[derive(Debug, Default)]
+pub struct CpStats {
+    /// Kernel dispatches retired.
+    pub dispatches: AtomicU64,
+    /// Barrier-AND/OR packets retired.
+    pub barriers: AtomicU64,
+    /// Vendor-specific and agent-dispatch packets retired.
+    pub vendor_packets: AtomicU64,
+    /// ROCr blit kernels executed on the host.
+    pub blits: AtomicU64,
+    /// Host kernels run.
+    pub host_kernels: AtomicU64,
+    /// Queue faults raised.
+    pub faults: AtomicU64,
+    /// Live queues.
+    pub queues: AtomicU64,
+    /// Blits skipped because they touched untracked memory.
+    pub blits_skipped: AtomicU64,
+}
+
+#[derive(Debug)]
+struct HwQueue {
+    id: u64,
+    node: u32,
+    ring: usize,
+    mask: u64,
+    doorbell_slot: usize,
+    read_ptr: usize,
+    amd_queue: usize,
+    rd: u64,
+    inflight: u32,
+    suspended: bool,
+    faulted: bool,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    deadline: std::cmp::Reverse<u64>,
+    seq: std::cmp::Reverse<u64>,
+    queue: u64,
+    node: u32,
+    cus: u32,
+    signal: u64,
+    start_ns: u64,
+    profiling: bool,
+}
+
+/// State shared between the API threads and the CP thread.
+#[derive(Debug)]
+pub struct CommandProcessor {
+    queues: Mutex<Vec<HwQueue>>,
+    doorbells: Box<DoorbellPage>,
+    doorbell_used: Mutex<Vec<bool>>,
+    next_queue_id: AtomicU64,
+    kick: (Mutex<bool>, Condvar),
+    started: AtomicBool,
+    /// Counters.
+    pub stats: CpStats,
+}
+
+/// Parameters of `hsaKmtCreateQueue` the CP needs.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSpec {
+    /// GPU node.
+    pub node: u32,
+    /// Ring base.
+    pub ring: usize,
+    /// Ring bytes (power of two multiple of 64).
+    pub ring_bytes: usize,
+    /// Address of `amd_queue_t.read_dispatch_id`.
+    pub read_ptr: usize,
+}
+
+impl Default for CommandProcessor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CommandProcessor {
+    /// No queues, thread not started.
+    pub fn new() -> Self {
+        CommandProcessor {
+            queues: Mutex::new(Vec::new()),
+            doorbells: DoorbellPage::new(),
+            doorbell_used: Mutex::new(vec![false; DOORBELL_SLOTS]),
+            next_queue_id: AtomicU64::new(1),
+            kick: (Mutex::new(false), Condvar::new()),
+            started: AtomicBool::new(false),
+            stats: CpStats::default(),
+        }
+    }
+
+    fn lock_queues(&self) -> MutexGuard<'_, Vec<HwQueue>> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the CP thread from a nap.
+    pub fn kick(&self) {
+        *self.kick.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.kick.1.notify_one();
+    }
+
+    /// Registers a queue; returns `(queue id, doorbell address)`.
+    pub fn create_queue(
+        &'static self,
+        emu: &'static Emulator,
+        spec: QueueSpec,
+    ) -> Option<(u64, usize)> {
+        let packets = spec.ring_bytes / PACKET_BYTES;
+        if spec.ring == 0 || spec.read_ptr == 0 || packets == 0 || !packets.is_power_of_two() {
+            return None;
+        }
+        let slot = {
+            let mut used = self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = used.iter().position(|u| !u)?;
+            used[slot] = true;
+            slot
+        };
+        self.doorbells.slots[slot].store(0, Ordering::Release);
+        // SAFETY: ROCr passes the address of `amd_queue_t.read_dispatch_id`, a live, aligned u64 in its queue
+        // structure, which outlives the hardware queue.
+        let rd = unsafe { &*(spec.read_ptr as *const AtomicU64) }.load(Ordering::Acquire);
+        let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
+        self.lock_queues().push(HwQueue {
+            id,
+            node: spec.node,
+            ring: spec.ring,
+            mask: packets as u64 - 1,
+            doorbell_slot: slot,
+            read_ptr: spec.read_ptr,
+            amd_queue: spec.read_ptr - offset_of!(amd_queue_t, read_dispatch_id),
+            rd,
+            inflight: 0,
+            suspended: false,
+            faulted: false,
+        });
+        self.stats.queues.fetch_add(1, Ordering::Relaxed);
+        self.start(emu);
+        self.kick();
+        Some((id, &self.doorbells.slots[slot] as *const AtomicU64 as usize))
+    }
+
+    /// Unregisters a queue. When this returns the CP no longer touches its ring.
+    pub fn destroy_queue(&self, id: u64) -> bool {
+        let mut qs = self.lock_queues();
+        let Some(pos) = qs.iter().position(|q| q.id == id) else {
+            return false;
+        };
+        let q = qs.remove(pos);
+        drop(qs);
+        self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner())[q.doorbell_slot] = false;
+        self.stats.queues.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Suspends (`percentage == 0`) or resumes a queue.
+    pub fn update_queue(&self, id: u64, percentage: u32) -> bool {
+        let mut qs = self.lock_queues();
+        let Some(q) = qs.iter_mut().find(|q| q.id == id) else {
+            return false;
+        };
+        q.suspended = percentage == 0;
+        drop(qs);
+        self.kick();
+        true
+    }
+
+    fn start(&'static self, emu: &'static Emulator) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("rprof-emu-cp".into())
+            .spawn(move || {
+                // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack (1 ns: precise naps).
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+                CpThread::new(emu).run();
+            });
+        if spawned.is_err() {
+            self.started.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Per-node facts the CP needs.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeInfo {
+    cus: u32,
+    fcompute_cores: u32,
+    free_cus: u32,
+}
+
+#[derive(Debug, Clone)]
+struct KernelInfo {
+    name: Option<String>,
+    host: Option<HostKernel>,
+    duration_override: Option<u64>,
+}
+
+struct CpThread {
+    emu: &'static Emulator,
+    cp: &'static CommandProcessor,
+    heap: BinaryHeap<Pending>,
+    nodes: Vec<NodeInfo>,
+    seq: u64,
+    kernel_cache: HashMap<u64, KernelInfo>,
+    cache_epochs: (u64, u64),
+}
+
+/// The signal's fields as atomics.
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+unsafe fn signal_value<'a>(handle: u64) -> &'a AtomicI64 {
+    // SAFETY: per the contract, `handle + offset` is the aligned i64 `value` field of a live signal.
+    unsafe {
+        &*((handle as usize + offset_of!(amd_signal_t, __bindgen_anon_1)) as *const AtomicI64)
+    }
+}
+
+/// Does what CP firmware + KFD do when a signal with a mailbox changes: write the event id to the mailbox and
+/// fire the event.
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
+    let base = handle as usize;
+    // SAFETY: the signal is live (contract); its mailbox pointer and event id are plain aligned fields.
+    let (mailbox, event_id) = unsafe {
+        (
+            (*((base + offset_of!(amd_signal_t, event_mailbox_ptr)) as *const AtomicU64))
+                .load(Ordering::Acquire),
+            (*((base + offset_of!(amd_signal_t, event_id)) as *const AtomicU32))
+                .load(Ordering::Acquire),
+        )
+    };
+    if mailbox == 0 {
+        return;
+    }
+    let id = if let Some(slot_id) = emu.events.id_of_mailbox(mailbox) {
+        slot_id
+    } else if mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8) {
+        event_id
+    } else {
+        return;
+    };
+    // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked above).
+    unsafe { (*(mailbox as *const AtomicU64)).store(u64::from(event_id), Ordering::Release) };
+    if emu.events.fire(event_id).is_err() && id != event_id {
+        let _ = emu.events.fire(id);
+    }
+}
+
+/// Completes a signal as the CP does at the end of a packet: optional timestamps, `value += delta`, interrupt.
+///
+/// # Safety
+/// `handle` must be 0 or the address of a live `amd_signal_t`.
+pub unsafe fn signal_complete(emu: &Emulator, handle: u64, delta: i64, ticks: Option<(u64, u64)>) {
+    if handle == 0 {
+        return;
+    }
+    let base = handle as usize;
+    if let Some((start, end)) = ticks {
+        // SAFETY: live signal (contract); start_ts/end_ts are aligned u64 fields nobody else writes meanwhile.
+        unsafe {
+            (*((base + offset_of!(amd_signal_t, start_ts)) as *const AtomicU64))
+                .store(start, Ordering::Relaxed);
+            (*((base + offset_of!(amd_signal_t, end_ts)) as *const AtomicU64))
+                .store(end, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: live signal (contract).
+    unsafe { signal_value(handle) }.fetch_add(delta, Ordering::AcqRel);
+    // SAFETY: live signal (contract).
+    unsafe { signal_interrupt(emu, handle) };
+}
+
+fn ring_packet(q: &HwQueue, index: u64) -> usize {
+    q.ring + (index & q.mask) as usize * PACKET_BYTES
+}
+
+impl CpThread {
+    fn new(emu: &'static Emulator) -> Self {
+        let mut nodes = vec![NodeInfo::default(); emu.topology.nodes.len()];
+        for (id, g) in emu.topology.gpu_nodes() {
+            nodes[id as usize] = NodeInfo {
+                cus: g.cus,
+                fcompute_cores: g.cus * g.model.simds_per_cu,
+                free_cus: g.cus,
+            };
+        }
+        CpThread {
+            emu,
+            cp: &emu.cp,
+            heap: BinaryHeap::new(),
+            nodes,
+            seq: 0,
+            kernel_cache: HashMap::new(),
+            cache_epochs: (u64::MAX, u64::MAX),
+        }
+    }
+
+    fn run(&mut self) {
+        let spin_ns = self.emu.config.spin_us * 1_000;
+        let max_nap_ns = self.emu.config.max_nap_us * 1_000;
+        const MIN_NAP_NS: u64 = 10_000;
+        let mut last_activity = now_ns();
+        let mut nap_ns = MIN_NAP_NS;
+        loop {
+            let mut progress = self.retire(now_ns());
+            {
+                let mut qs = self.cp.lock_queues();
+                for q in qs.iter_mut() {
+                    progress |= self.process_queue(q);
+                }
+            }
+            let now = now_ns();
+            if progress {
+                last_activity = now;
+                nap_ns = MIN_NAP_NS;
+                continue;
+            }
+            let next_deadline = self.heap.peek().map(|p| p.deadline.0);
+            if next_deadline.is_some_and(|d| d <= now) {
+                continue;
+            }
+            if now.saturating_sub(last_activity) < spin_ns
+                || next_deadline.is_some_and(|d| d - now < 20_000)
+            {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut sleep = nap_ns;
+            nap_ns = (nap_ns * 2).min(max_nap_ns.max(MIN_NAP_NS));
+            if let Some(d) = next_deadline {
+                sleep = sleep.min(d - now);
+            }
+            let (lock, cv) = &self.cp.kick;
+            let mut kicked = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if !*kicked {
+                kicked = cv
+                    .wait_timeout(kicked, Duration::from_nanos(sleep))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if *kicked {
+                *kicked = false;
+                last_activity = now_ns();
+                nap_ns = MIN_NAP_NS;
+            }
+        }
+    }
+
+    /// Retires kernels whose deadline passed.
+    fn retire(&mut self, now: u64) -> bool {
+        let mut progress = false;
+        while self.heap.peek().is_some_and(|p| p.deadline.0 <= now) {
+            let Some(p) = self.heap.pop() else { break };
+            progress = true;
+            if let Some(n) = self.nodes.get_mut(p.node as usize) {
+                n.free_cus += p.cus;
+            }
+            let mut qs = self.cp.lock_queues();
+            let Some(q) = qs.iter_mut().find(|q| q.id == p.queue) else {
+                continue;
+            };
+            q.inflight -= 1;
+            let ticks = p
+                .profiling
+                .then(|| (gpu_ticks_at(p.start_ns), gpu_ticks_at(p.deadline.0)));
+            // SAFETY: the queue is still registered, so its packets' completion signals are live ROCr signals.
+            unsafe { signal_complete(self.emu, p.signal, -1, ticks) };
+            self.cp.stats.dispatches.fetch_add(1, Ordering::Relaxed);
+        }
+        progress
+    }
+
+    fn header(q: &HwQueue, index: u64) -> &AtomicU16 {
+        // SAFETY: the queue is registered (we hold the queue lock), so its ring is live; packets are 64-byte aligned.
+        unsafe { &*(ring_packet(q, index) as *const AtomicU16) }
+    }
+
+    fn consume(q: &mut HwQueue) {
+        Self::header(q, q.rd).store(
+            TYPE_INVALID << hsa_sys::HSA_PACKET_HEADER_TYPE,
+            Ordering::Release,
+        );
+        q.rd += 1;
+        // SAFETY: `read_ptr` is `amd_queue_t.read_dispatch_id` of a registered queue.
+        unsafe { &*(q.read_ptr as *const AtomicU64) }.store(q.rd, Ordering::Release);
+    }
+
+    fn queue_profiling(q: &HwQueue) -> bool {
+        // SAFETY: `amd_queue` is the live `amd_queue_t` of a registered queue.
+        let props = unsafe {
+            &*((q.amd_queue + offset_of!(amd_queue_t, queue_properties)) as *const AtomicU32)
+        };
+        props.load(Ordering::Relaxed) & PROFILING_BIT != 0
+    }
+
+    fn fault(&self, q: &mut HwQueue, code: i64) {
+        q.faulted = true;
+        self.cp.stats.faults.fetch_add(1, Ordering::Relaxed);
+        if self.emu.config.log {
+            eprintln!(
+                "rprof-emu: queue {} packet {} fault code {code}",
+                q.id, q.rd
+            );
+        }
+        // SAFETY: live `amd_queue_t` of a registered queue.
+        let sig = unsafe {
+            (*((q.amd_queue + offset_of!(amd_queue_t, queue_inactive_signal)) as *const AtomicU64))
+                .load(Ordering::Acquire)
+        };
+        if sig != 0 {
+            // SAFETY: ROCr's queue_inactive_signal is a live signal for the queue's lifetime.
+            unsafe {
+                signal_value(sig).store(code, Ordering::Release);
+                signal_interrupt(self.emu, sig);
+            }
+        }
+    }
+
+    /// Launches / retires packets of one queue; returns whether anything happened.
+    fn process_queue(&mut self, q: &mut HwQueue) -> bool {
+        let mut progress = false;
+        let doorbell = &self.cp.doorbells.slots[q.doorbell_slot];
+        loop {
+            if q.suspended || q.faulted {
+                return progress;
+            }
+            if q.rd as i64 > doorbell.load(Ordering::Acquire) as i64 {
+                return progress;
+            }
+            let header = Self::header(q, q.rd).load(Ordering::Acquire);
+            let ty = header & 0xff;
+            if ty == TYPE_INVALID {
+                return progress;
+            }
+            if header & BARRIER_BIT != 0 && q.inflight > 0 {
+                return progress;
+            }
+            let slot = ring_packet(q, q.rd);
+            match ty {
+                TYPE_KERNEL_DISPATCH => {
+                    // SAFETY: a valid header was acquire-loaded, so the producer's packet body is visible; the ring is live.
+                    let p = unsafe {
+                        std::ptr::read_volatile(slot as *const hsa_kernel_dispatch_packet_t)
+                    };
+                    match self.launch(q, &p) {
+                        Launch::Started => {}
+                        Launch::Stalled => return progress,
+                        Launch::Fault(code) => {
+                            self.fault(q, code);
+                            return progress;
+                        }
+                    }
+                    Self::consume(q);
+                }
+                TYPE_BARRIER_AND | TYPE_BARRIER_OR => {
+                    // SAFETY: as above.
+                    let p =
+                        unsafe { std::ptr::read_volatile(slot as *const hsa_barrier_and_packet_t) };
+                    let deps = p.dep_signal.iter().map(|s| s.handle).filter(|h| *h != 0);
+                    // SAFETY: dependency handles in a submitted barrier packet are live signals.
+                    let mut done = deps
+                        .clone()
+                        .map(|h| unsafe { signal_value(h) }.load(Ordering::Acquire) == 0);
+                    let ready = if ty == TYPE_BARRIER_AND {
+                        done.all(|d| d)
+                    } else {
+                        deps.clone().next().is_none() || done.any(|d| d)
+                    };
+                    if !ready {
+                        return progress;
+                    }
+                    let now = now_ns();
+                    let ticks =
+                        Self::queue_profiling(q).then(|| (gpu_ticks_at(now), gpu_ticks_at(now)));
+                    Self::consume(q);
+                    // SAFETY: the completion signal of a submitted packet is 0 or a live signal.
+                    unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
+                    self.cp.stats.barriers.fetch_add(1, Ordering::Relaxed);
+                }
+                TYPE_VENDOR_SPECIFIC | TYPE_AGENT_DISPATCH => {
+                    // SAFETY: every packet format keeps its completion signal at byte 56; the ring is live.
+                    let sig = unsafe {
+                        std::ptr::read_volatile((slot + COMPLETION_SIGNAL_OFFSET) as *const u64)
+                    };
+                    Self::consume(q);
+                    // SAFETY: 0 or a live signal, as above.
+                    unsafe { signal_complete(self.emu, sig, -1, None) };
+                    self.cp.stats.vendor_packets.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    self.fault(q, error_code::INVALID_PACKET);
+                    return progress;
+                }
+            }
+            progress = true;
+        }
+    }
+
+    fn kernel_info(&mut self, object: u64) -> KernelInfo {
+        let epochs = (self.emu.memory.epoch(), self.emu.host_kernels.epoch());
+        if epochs != self.cache_epochs {
+            self.kernel_cache.clear();
+            self.cache_epochs = epochs;
+        }
+        if let Some(k) = self.kernel_cache.get(&object) {
+            return k.clone();
+        }
+        let name = resolve_symbol(&self.emu.memory.view(), object);
+        let info = KernelInfo {
+            host: self.emu.host_kernels.lookup(object, name.as_deref()),
+            duration_override: self.emu.config.kernel_override(object, name.as_deref()),
+            name,
+        };
+        self.kernel_cache.insert(object, info.clone());
+        info
+    }
+
+    fn launch(&mut self, q: &mut HwQueue, p: &hsa_kernel_dispatch_packet_t) -> Launch {
+        if p.kernel_object == 0 {
+            return Launch::Fault(error_code::INVALID_CODE);
+        }
+        let dims = p.setup & 3;
+        let sizes = [
+            (p.grid_size_x, p.workgroup_size_x),
+            (p.grid_size_y, p.workgroup_size_y),
+            (p.grid_size_z, p.workgroup_size_z),
+        ];
+        if dims == 0 || sizes.iter().any(|(g, w)| *g == 0 || *w == 0) {
+            return Launch::Fault(error_code::INVALID_DIM);
+        }
+        let workgroups: u64 = sizes
+            .iter()
+            .map(|(g, w)| u64::from(*g).div_ceil(u64::from(*w)))
+            .product();
+        let node = self.nodes.get(q.node as usize).copied().unwrap_or_default();
+        let need = workgroups.min(u64::from(node.cus.max(1))) as u32;
+        if node.free_cus < need {
+            return Launch::Stalled;
+        }
+        let info = self.kernel_info(p.kernel_object);
+        if let Some(h) = info.host {
+            // SAFETY: the registrant promised a function with this signature; it gets a copy of the packet and the
+            // packet's kernarg pointer, exactly what a real kernel would see.
+            unsafe { (h.func)(p, p.kernarg_address, h.user_data as *mut libc::c_void) };
+            self.cp.stats.host_kernels.fetch_add(1, Ordering::Relaxed);
+        } else if info.name.is_none() {
+            self.try_blit(p, node.fcompute_cores);
+        }
+        let duration = info
+            .duration_override
+            .unwrap_or_else(|| self.emu.config.model_duration_ns(workgroups, node.cus));
+        let start_ns = now_ns();
+        self.seq += 1;
+        self.heap.push(Pending {
+            deadline: std::cmp::Reverse(start_ns + duration),
+            seq: std::cmp::Reverse(self.seq),
+            queue: q.id,
+            node: q.node,
+            cus: need,
+            signal: p.completion_signal.handle,
+            start_ns,
+            profiling: Self::queue_profiling(q),
+        });
+        if let Some(n) = self.nodes.get_mut(q.node as usize) {
+            n.free_cus -= need;
+        }
+        q.inflight += 1;
+        Launch::Started
+    }
+
+    fn try_blit(&self, p: &hsa_kernel_dispatch_packet_t, fcompute_cores: u32) {
+        let view = self.emu.memory.view();
+        let karg = p.kernarg_address as usize;
+        let Some((base, bytes)) = view.range_bytes(karg) else {
+            return;
+        };
+        let kernarg = &bytes[karg - base..];
+        let Some(blit) = recognise_blit(p, &kernarg[..kernarg.len().min(96)], fcompute_cores)
+        else {
+            return;
+        };
+        let ok = match blit {
+            Blit::Copy { dst, src, len } => view.copy(dst as usize, src as usize, len as usize),
+            Blit::Fill { dst, value, count } => view.fill_u32(dst as usize, value, count as usize),
+        };
+        if ok {
+            self.cp.stats.blits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.cp.stats.blits_skipped.fetch_add(1, Ordering::Relaxed);
+            if self.emu.config.log {
+                eprintln!("rprof-emu: blit {blit:?} touches untracked memory; skipped");
+            }
+        }
+    }
+}
+
+enum Launch {
+    Started,
+    Stalled,
+    Fault(i64),
+}

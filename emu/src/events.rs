@@ -1,0 +1,275 @@
+//! The KFD event table: creation, firing and waiting, with KFD's semantics.
+//!
+//! * Signal events get ids `1..=4096` and an 8-byte mailbox slot each in the *event page* (the slot's address is
+//!   `HWData2`, which ROCr stores as the signal's `event_mailbox_ptr`). At most [`MAX_SIGNAL_EVENTS`] exist at once:
+//!   creating one more fails, as KFD does, so ROCr's fallback when events run out is reproduced.
+//! * Other event types (memory, hardware exception, ...) get ids above the signal range and no mailbox.
+//! * Auto-reset events: a wait that returns because of an event consumes its signaled state; an event fired while
+//!   nobody waits stays signaled until a wait consumes it. Manual-reset events stay signaled until reset.
+//! * One mutex guards the table; one condition variable wakes every waiter on every fire (waiters re-check their
+//!   own events). That keeps wake-up latency at a futex wake.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// KFD's per-process limit of signal events.
+pub const MAX_SIGNAL_EVENTS: u32 = 4096;
+const FIRST_OTHER_ID: u32 = MAX_SIGNAL_EVENTS + 1;
+
+/// Why an event operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventError {
+    /// No more signal event ids.
+    OutOfResources,
+    /// The id is not a live event.
+    UnknownEvent,
+    /// The wait timed out.
+    Timeout,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    signaled: bool,
+    manual_reset: bool,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    slots: HashMap<u32, Slot>,
+    free_signal_ids: Vec<u32>,
+    next_signal_id: u32,
+    next_other_id: u32,
+    fired: u64,
+}
+
+/// The event table plus its mailbox page.
+#[derive(Debug)]
+pub struct EventTable {
+    table: Mutex<Table>,
+    wake: Condvar,
+    mailboxes: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+impl Default for EventTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        let mailboxes = (0..=MAX_SIGNAL_EVENTS as usize)
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect();
+        EventTable {
+            table: Mutex::new(Table {
+                next_signal_id: 1,
+                next_other_id: FIRST_OTHER_ID,
+                ..Table::default()
+            }),
+            wake: Condvar::new(),
+            mailboxes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates an event; `signal_type` events get a mailbox. Returns `(id, mailbox address or 0)`.
+    pub fn create(
+        &self,
+        signal_type: bool,
+        manual_reset: bool,
+        signaled: bool,
+    ) -> Result<(u32, u64), EventError> {
+        let mut t = self.lock();
+        let id = if signal_type {
+            if let Some(id) = t.free_signal_ids.pop() {
+                id
+            } else if t.next_signal_id <= MAX_SIGNAL_EVENTS {
+                t.next_signal_id += 1;
+                t.next_signal_id - 1
+            } else {
+                return Err(EventError::OutOfResources);
+            }
+        } else {
+            t.next_other_id = t
+                .next_other_id
+                .checked_add(1)
+                .ok_or(EventError::OutOfResources)?;
+            t.next_other_id - 1
+        };
+        t.slots.insert(
+            id,
+            Slot {
+                signaled,
+                manual_reset,
+            },
+        );
+        let mailbox = if signal_type {
+            self.mailboxes[id as usize].store(0, std::sync::atomic::Ordering::Relaxed);
+            &self.mailboxes[id as usize] as *const _ as u64
+        } else {
+            0
+        };
+        Ok((id, mailbox))
+    }
+
+    /// Destroys an event; its id may be handed out again.
+    pub fn destroy(&self, id: u32) -> Result<(), EventError> {
+        let mut t = self.lock();
+        t.slots.remove(&id).ok_or(EventError::UnknownEvent)?;
+        if id <= MAX_SIGNAL_EVENTS {
+            t.free_signal_ids.push(id);
+        }
+        drop(t);
+        // Wake waiters so that a wait on a destroyed event notices.
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Sets an event to signaled and wakes the waiters (`hsaKmtSetEvent`, or an interrupt from the emulated GPU).
+    pub fn fire(&self, id: u32) -> Result<(), EventError> {
+        let mut t = self.lock();
+        let slot = t.slots.get_mut(&id).ok_or(EventError::UnknownEvent)?;
+        slot.signaled = true;
+        t.fired += 1;
+        drop(t);
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Clears a (manual-reset) event.
+    pub fn reset(&self, id: u32) -> Result<(), EventError> {
+        let mut t = self.lock();
+        t.slots
+            .get_mut(&id)
+            .ok_or(EventError::UnknownEvent)?
+            .signaled = false;
+        Ok(())
+    }
+
+    /// Waits for any (or all) of `ids`; `timeout_ms == u32::MAX` waits forever. Consumes the signaled state of the
+    /// auto-reset events it returns for.
+    pub fn wait(&self, ids: &[u32], all: bool, timeout_ms: u32) -> Result<(), EventError> {
+        let deadline = (timeout_ms != u32::MAX)
+            .then(|| Instant::now() + Duration::from_millis(u64::from(timeout_ms)));
+        let mut t = self.lock();
+        loop {
+            let mut any = false;
+            let mut every = true;
+            for id in ids {
+                let slot = t.slots.get(id).ok_or(EventError::UnknownEvent)?;
+                any |= slot.signaled;
+                every &= slot.signaled;
+            }
+            if (all && every) || (!all && any) {
+                for id in ids {
+                    if let Some(slot) = t.slots.get_mut(id) {
+                        if slot.signaled && !slot.manual_reset {
+                            slot.signaled = false;
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            t = match deadline {
+                None => self.wake.wait(t).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(EventError::Timeout);
+                    }
+                    self.wake
+                        .wait_timeout(t, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Id of the signal event whose mailbox is at `addr`, if `addr` is one of ours.
+    pub fn id_of_mailbox(&self, addr: u64) -> Option<u32> {
+        let base = self.mailboxes.as_ptr() as u64;
+        let off = addr.checked_sub(base)?;
+        (off % 8 == 0 && off / 8 <= u64::from(MAX_SIGNAL_EVENTS)).then_some((off / 8) as u32)
+    }
+
+    /// Number of live events and the number of fires so far.
+    pub fn stats(&self) -> (usize, u64) {
+        let t = self.lock();
+        (t.slots.len(), t.fired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn auto_reset_state_persists_until_a_wait_consumes_it() {
+        let t = EventTable::new();
+        let (id, mb) = t.create(true, false, false).unwrap();
+        assert_ne!(id, 0);
+        assert_eq!(t.id_of_mailbox(mb), Some(id));
+        assert_eq!(t.wait(&[id], false, 0), Err(EventError::Timeout));
+        t.fire(id).unwrap();
+        assert_eq!(t.wait(&[id], false, 0), Ok(()));
+        assert_eq!(t.wait(&[id], false, 1), Err(EventError::Timeout));
+    }
+
+    #[test]
+    fn manual_reset_stays_signaled() {
+        let t = EventTable::new();
+        let (id, mb) = t.create(false, true, true).unwrap();
+        assert_eq!(mb, 0);
+        assert!(id > MAX_SIGNAL_EVENTS);
+        assert_eq!(t.wait(&[id], false, 0), Ok(()));
+        assert_eq!(t.wait(&[id], false, 0), Ok(()));
+        t.reset(id).unwrap();
+        assert_eq!(t.wait(&[id], false, 0), Err(EventError::Timeout));
+    }
+
+    #[test]
+    fn limit_of_4096_signal_events_and_reuse() {
+        let t = EventTable::new();
+        let ids: Vec<u32> = (0..MAX_SIGNAL_EVENTS)
+            .map(|_| t.create(true, false, false).unwrap().0)
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 4096);
+        assert_eq!(
+            t.create(true, false, false),
+            Err(EventError::OutOfResources)
+        );
+        assert!(t.create(false, false, false).is_ok());
+        t.destroy(ids[7]).unwrap();
+        assert_eq!(t.create(true, false, false).unwrap().0, ids[7]);
+    }
+
+    #[test]
+    fn wait_any_and_all_wake_from_another_thread() {
+        let t = Arc::new(EventTable::new());
+        let a = t.create(true, false, false).unwrap().0;
+        let b = t.create(true, false, false).unwrap().0;
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            t2.fire(b).unwrap();
+        });
+        assert_eq!(t.wait(&[a, b], false, 5_000), Ok(()));
+        h.join().unwrap();
+        t.fire(a).unwrap();
+        assert_eq!(t.wait(&[a, b], true, 1), Err(EventError::Timeout));
+        t.fire(b).unwrap();
+        assert_eq!(t.wait(&[a, b], true, 0), Ok(()));
+        assert_eq!(t.wait(&[99], false, 0), Err(EventError::UnknownEvent));
+    }
+}

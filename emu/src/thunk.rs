@@ -1,0 +1,843 @@
+//! The exported `hsaKmt*` functions: the 42 that ROCr 5.2.3 imports, with `hsakmt.h`'s C signatures.
+//!
+//! # Safety
+//! These are FFI entry points: pointers come from ROCr, which follows `hsakmt.h`. Each function checks pointers
+//! for null before use, runs its body under `catch_unwind` and returns `HSAKMT_STATUS_ERROR` if it panicked.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use hsa_sys::hsakmt::*;
+use libc::c_void;
+
+use crate::clock;
+use crate::cp::QueueSpec;
+use crate::events::EventError;
+use crate::{emulator, Emulator};
+
+fn guard(f: impl FnOnce() -> HSAKMT_STATUS) -> HSAKMT_STATUS {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(HSAKMT_STATUS_ERROR)
+}
+
+fn with_emu(f: impl FnOnce(&'static Emulator) -> HSAKMT_STATUS) -> HSAKMT_STATUS {
+    guard(|| match emulator() {
+        Ok(e) => f(e),
+        Err(_) => HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED,
+    })
+}
+
+fn mem_flags_bits(f: HsaMemFlags) -> u32 {
+    // SAFETY: both union members are plain 32-bit integers; every bit pattern is valid.
+    unsafe { f.__bindgen_anon_1.Value }
+}
+
+fn mem_flags_decoded(bits: u32) -> _HsaMemFlags__bindgen_ty_1__bindgen_ty_1 {
+    let u = _HsaMemFlags__bindgen_ty_1 { Value: bits };
+    // SAFETY: as above: reading the bitfield view of a u32 is always valid.
+    unsafe { u.ui32 }
+}
+
+fn event_status(r: Result<(), EventError>) -> HSAKMT_STATUS {
+    match r {
+        Ok(()) => HSAKMT_STATUS_SUCCESS,
+        Err(EventError::Timeout) => HSAKMT_STATUS_WAIT_TIMEOUT,
+        Err(EventError::UnknownEvent) => HSAKMT_STATUS_INVALID_HANDLE,
+        Err(EventError::OutOfResources) => HSAKMT_STATUS_OUT_OF_RESOURCES,
+    }
+}
+
+macro_rules! symver {
+    ($($name:ident),* $(,)?) => {
+        std::arch::global_asm!($(concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@@HSAKMT_1")),*);
+    };
+}
+
+symver!(
+    hsaKmtOpenKFD,
+    hsaKmtCloseKFD,
+    hsaKmtGetVersion,
+    hsaKmtRuntimeEnable,
+    hsaKmtRuntimeDisable,
+    hsaKmtAcquireSystemProperties,
+    hsaKmtReleaseSystemProperties,
+    hsaKmtGetNodeProperties,
+    hsaKmtGetNodeMemoryProperties,
+    hsaKmtGetNodeCacheProperties,
+    hsaKmtGetNodeIoLinkProperties,
+    hsaKmtGetXNACKMode,
+    hsaKmtSetXNACKMode,
+    hsaKmtGetClockCounters,
+    hsaKmtGetTileConfig,
+    hsaKmtCreateEvent,
+    hsaKmtDestroyEvent,
+    hsaKmtSetEvent,
+    hsaKmtWaitOnEvent,
+    hsaKmtWaitOnMultipleEvents,
+    hsaKmtAllocMemory,
+    hsaKmtFreeMemory,
+    hsaKmtMapMemoryToGPU,
+    hsaKmtMapMemoryToGPUNodes,
+    hsaKmtUnmapMemoryToGPU,
+    hsaKmtRegisterMemoryWithFlags,
+    hsaKmtDeregisterMemory,
+    hsaKmtQueryPointerInfo,
+    hsaKmtSetMemoryUserData,
+    hsaKmtSetMemoryPolicy,
+    hsaKmtShareMemory,
+    hsaKmtRegisterSharedHandle,
+    hsaKmtRegisterSharedHandleToNodes,
+    hsaKmtRegisterGraphicsHandleToNodes,
+    hsaKmtSVMSetAttr,
+    hsaKmtSVMGetAttr,
+    hsaKmtSetTrapHandler,
+    hsaKmtCreateQueue,
+    hsaKmtDestroyQueue,
+    hsaKmtUpdateQueue,
+    hsaKmtSetQueueCUMask,
+    hsaKmtAllocQueueGWS,
+);
+
+/// Opens the emulated KFD (fails if the configuration is bad).
+#[no_mangle]
+pub extern "C" fn hsaKmtOpenKFD() -> HSAKMT_STATUS {
+    with_emu(|_| HSAKMT_STATUS_SUCCESS)
+}
+
+/// Closes the emulated KFD (the machine stays alive for a later open).
+#[no_mangle]
+pub extern "C" fn hsaKmtCloseKFD() -> HSAKMT_STATUS {
+    with_emu(|_| HSAKMT_STATUS_SUCCESS)
+}
+
+/// KFD interface version 1.8.
+///
+/// # Safety
+/// `v` must be null or point to a writable `HsaVersionInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetVersion(v: *mut HsaVersionInfo) -> HSAKMT_STATUS {
+    with_emu(|_| {
+        if v.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null, caller provides a writable HsaVersionInfo.
+        unsafe {
+            *v = HsaVersionInfo {
+                KernelInterfaceMajorVersion: 1,
+                KernelInterfaceMinorVersion: 8,
+            }
+        };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// The exception-debugging runtime contract is not emulated: NOT_SUPPORTED, as on kernels without it.
+#[no_mangle]
+pub extern "C" fn hsaKmtRuntimeEnable(_r_debug: *mut c_void, _setup_ttmp: bool) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtRuntimeEnable`].
+#[no_mangle]
+pub extern "C" fn hsaKmtRuntimeDisable() -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// Number of nodes.
+///
+/// # Safety
+/// `p` must be null or point to a writable `HsaSystemProperties`.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtAcquireSystemProperties(
+    p: *mut HsaSystemProperties,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if p.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        let props = HsaSystemProperties {
+            NumNodes: e.topology.nodes.len() as u32,
+            PlatformOem: 0,
+            PlatformId: 0,
+            PlatformRev: 0,
+        };
+        // SAFETY: non-null, caller-provided struct.
+        unsafe { *p = props };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Nothing to release.
+#[no_mangle]
+pub extern "C" fn hsaKmtReleaseSystemProperties() -> HSAKMT_STATUS {
+    with_emu(|_| HSAKMT_STATUS_SUCCESS)
+}
+
+/// Node properties.
+///
+/// # Safety
+/// `p` must be null or point to a writable `HsaNodeProperties`.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetNodeProperties(
+    node: u32,
+    p: *mut HsaNodeProperties,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if p.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        let Some(props) = e.topology.node_properties(node) else {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        };
+        // SAFETY: non-null, caller-provided struct.
+        unsafe { *p = props };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+fn write_array<T: Copy>(items: &[T], n: u32, out: *mut T) -> HSAKMT_STATUS {
+    if out.is_null() && n > 0 {
+        return HSAKMT_STATUS_INVALID_PARAMETER;
+    }
+    for (i, item) in items.iter().take(n as usize).enumerate() {
+        // SAFETY: the caller provides room for `n` elements and `i < n`.
+        unsafe { out.add(i).write(*item) };
+    }
+    HSAKMT_STATUS_SUCCESS
+}
+
+/// Memory banks of a node.
+///
+/// # Safety
+/// `out` must have room for `n` elements.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetNodeMemoryProperties(
+    node: u32,
+    n: u32,
+    out: *mut HsaMemoryProperties,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.topology.node(node).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        write_array(&e.topology.memory_banks(node), n, out)
+    })
+}
+
+/// Caches of a node.
+///
+/// # Safety
+/// `out` must have room for `n` elements.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetNodeCacheProperties(
+    node: u32,
+    _processor_id: u32,
+    n: u32,
+    out: *mut HsaCacheProperties,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.topology.node(node).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        write_array(&e.topology.caches(node), n, out)
+    })
+}
+
+/// IO links of a node.
+///
+/// # Safety
+/// `out` must have room for `n` elements.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetNodeIoLinkProperties(
+    node: u32,
+    n: u32,
+    out: *mut HsaIoLinkProperties,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.topology.node(node).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        write_array(&e.topology.io_links(node), n, out)
+    })
+}
+
+/// XNACK is off.
+///
+/// # Safety
+/// `enable` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetXNACKMode(enable: *mut i32) -> HSAKMT_STATUS {
+    with_emu(|_| {
+        if enable.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null, caller-provided.
+        unsafe { *enable = 0 };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Only "off" is supported.
+#[no_mangle]
+pub extern "C" fn hsaKmtSetXNACKMode(enable: i32) -> HSAKMT_STATUS {
+    guard(|| {
+        if enable == 0 {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_NOT_SUPPORTED
+        }
+    })
+}
+
+/// GPU (100 MHz + offset), CPU (`CLOCK_MONOTONIC_RAW`) and system (`CLOCK_BOOTTIME`, 1 GHz) clocks.
+///
+/// # Safety
+/// `c` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetClockCounters(
+    node: u32,
+    c: *mut HsaClockCounters,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if c.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        let sys = clock::now_ns();
+        let counters = HsaClockCounters {
+            GPUClockCounter: clock::gpu_ticks_at(sys),
+            CPUClockCounter: clock::cpu_ns(),
+            SystemClockCounter: sys,
+            SystemClockFrequencyHz: clock::SYSTEM_CLOCK_HZ,
+        };
+        // SAFETY: non-null, caller-provided.
+        unsafe { *c = counters };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Tile configuration (zeroed tables, Vega10-like `GbAddrConfig`), as ROCr's image support needs.
+///
+/// # Safety
+/// `config` must be null or a valid `HsaGpuTileConfig` whose arrays have the advertised capacity.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetTileConfig(
+    node: u32,
+    config: *mut HsaGpuTileConfig,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if config.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).and_then(|n| n.gpu).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        // SAFETY: non-null; the caller owns the struct and the arrays it points to, sized by the Num* fields.
+        unsafe {
+            let c = &mut *config;
+            if !c.TileConfig.is_null() {
+                std::ptr::write_bytes(c.TileConfig, 0, c.NumTileConfigs as usize);
+            }
+            if !c.MacroTileConfig.is_null() {
+                std::ptr::write_bytes(c.MacroTileConfig, 0, c.NumMacroTileConfigs as usize);
+            }
+            c.GbAddrConfig = crate::topology::GB_ADDR_CONFIG;
+            c.NumBanks = 16;
+            c.NumRanks = 1;
+        }
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Creates an event (signal events get a mailbox slot; at most 4096 of them).
+///
+/// # Safety
+/// `desc` must be null or valid; `event` must be a writable `HsaEvent*` slot.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtCreateEvent(
+    desc: *mut HsaEventDescriptor,
+    manual_reset: bool,
+    is_signaled: bool,
+    event: *mut *mut HsaEvent,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if desc.is_null() || event.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null descriptor from the caller.
+        let ty = unsafe { (*desc).EventType };
+        let signal = ty == HSA_EVENTTYPE_SIGNAL || ty == HSA_EVENTTYPE_DEBUG_EVENT;
+        let (id, mailbox) = match e.events.create(signal, manual_reset, is_signaled) {
+            Ok(v) => v,
+            Err(err) => return event_status(Err(err)),
+        };
+        let mut ev = Box::<HsaEvent>::default();
+        ev.EventId = id;
+        ev.EventData.EventType = ty;
+        ev.EventData.HWData1 = u64::from(id);
+        ev.EventData.HWData2 = mailbox;
+        ev.EventData.HWData3 = if signal { 8 } else { 0 };
+        // SAFETY: non-null out pointer from the caller; ownership of the box passes to the caller until DestroyEvent.
+        unsafe { *event = Box::into_raw(ev) };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Destroys an event created by [`hsaKmtCreateEvent`].
+///
+/// # Safety
+/// `event` must be null or a pointer returned by [`hsaKmtCreateEvent`] and not yet destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtDestroyEvent(event: *mut HsaEvent) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if event.is_null() {
+            return HSAKMT_STATUS_INVALID_HANDLE;
+        }
+        // SAFETY: per the contract the pointer came from Box::into_raw in hsaKmtCreateEvent.
+        let ev = unsafe { Box::from_raw(event) };
+        event_status(e.events.destroy(ev.EventId))
+    })
+}
+
+/// Signals an event.
+///
+/// # Safety
+/// `event` must be null or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtSetEvent(event: *mut HsaEvent) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if event.is_null() {
+            return HSAKMT_STATUS_INVALID_HANDLE;
+        }
+        // SAFETY: live event per the contract.
+        event_status(e.events.fire(unsafe { (*event).EventId }))
+    })
+}
+
+/// Waits for one event (timeout in ms; `0xFFFFFFFF` = forever).
+///
+/// # Safety
+/// `event` must be null or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtWaitOnEvent(event: *mut HsaEvent, ms: u32) -> HSAKMT_STATUS {
+    let mut one = [event];
+    // SAFETY: a one-element array of the caller's event pointer.
+    unsafe { hsaKmtWaitOnMultipleEvents(one.as_mut_ptr(), 1, true, ms) }
+}
+
+/// Waits for any (or all) of `n` events.
+///
+/// # Safety
+/// `events` must point to `n` live event pointers.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents(
+    events: *mut *mut HsaEvent,
+    n: u32,
+    all: bool,
+    ms: u32,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if events.is_null() || n == 0 {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        let mut ids = smallvec_ids(n);
+        for i in 0..n as usize {
+            // SAFETY: `events` holds `n` pointers (contract).
+            let ev = unsafe { *events.add(i) };
+            if ev.is_null() {
+                return HSAKMT_STATUS_INVALID_HANDLE;
+            }
+            // SAFETY: live event (contract).
+            ids.push(unsafe { (*ev).EventId });
+        }
+        event_status(e.events.wait(&ids, all, ms))
+    })
+}
+
+fn smallvec_ids(n: u32) -> Vec<u32> {
+    Vec::with_capacity(n as usize)
+}
+
+/// Allocates host-backed memory for any node (`MAP_NORESERVE`; executable when `ExecuteAccess`).
+///
+/// # Safety
+/// `addr` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtAllocMemory(
+    node: u32,
+    size: u64,
+    flags: HsaMemFlags,
+    addr: *mut *mut c_void,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if addr.is_null() || size == 0 {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        let bits = mem_flags_bits(flags);
+        let exec = mem_flags_decoded(bits).ExecuteAccess() != 0;
+        match e.memory.allocate(node, size as usize, bits, exec) {
+            Some(p) => {
+                // SAFETY: non-null out pointer.
+                unsafe { *addr = p as *mut c_void };
+                HSAKMT_STATUS_SUCCESS
+            }
+            None => HSAKMT_STATUS_NO_MEMORY,
+        }
+    })
+}
+
+/// Frees memory from [`hsaKmtAllocMemory`].
+#[no_mangle]
+pub extern "C" fn hsaKmtFreeMemory(addr: *mut c_void, _size: u64) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.memory.free(addr as usize) {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_PARAMETER
+        }
+    })
+}
+
+/// Maps to the GPU: the GPU address is the host address.
+///
+/// # Safety
+/// `alt` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtMapMemoryToGPU(
+    addr: *mut c_void,
+    _size: u64,
+    alt: *mut u64,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        let gpus: Vec<u32> = e.topology.gpu_nodes().map(|(id, _)| id).collect();
+        if !e.memory.map_to_nodes(addr as usize, &gpus) {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if !alt.is_null() {
+            // SAFETY: non-null out pointer.
+            unsafe { *alt = addr as u64 };
+        }
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Maps to the given nodes: the GPU address is the host address.
+///
+/// # Safety
+/// `alt` must be null or writable; `nodes` must hold `n` node ids.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtMapMemoryToGPUNodes(
+    addr: *mut c_void,
+    _size: u64,
+    alt: *mut u64,
+    _flags: HsaMemMapFlags,
+    n: u64,
+    nodes: *mut u32,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        let list: Vec<u32> = if nodes.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the caller passes `n` node ids.
+            unsafe { std::slice::from_raw_parts(nodes, n as usize) }.to_vec()
+        };
+        if !e.memory.map_to_nodes(addr as usize, &list) {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if !alt.is_null() {
+            // SAFETY: non-null out pointer.
+            unsafe { *alt = addr as u64 };
+        }
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Unmaps from the GPU (records it).
+#[no_mangle]
+pub extern "C" fn hsaKmtUnmapMemoryToGPU(addr: *mut c_void) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        e.memory.unmap(addr as usize);
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Registers user memory (`hsa_amd_memory_lock`).
+#[no_mangle]
+pub extern "C" fn hsaKmtRegisterMemoryWithFlags(
+    addr: *mut c_void,
+    size: u64,
+    flags: HsaMemFlags,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.memory
+            .register(addr as usize, size as usize, mem_flags_bits(flags))
+        {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_PARAMETER
+        }
+    })
+}
+
+/// Deregisters user memory.
+#[no_mangle]
+pub extern "C" fn hsaKmtDeregisterMemory(addr: *mut c_void) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.memory.deregister(addr as usize) {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_MEMORY_NOT_REGISTERED
+        }
+    })
+}
+
+/// Describes the tracked range containing `ptr`.
+///
+/// # Safety
+/// `info` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtQueryPointerInfo(
+    ptr: *const c_void,
+    info: *mut HsaPointerInfo,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if info.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        let view = e.memory.view();
+        let mut out = HsaPointerInfo::default();
+        let status = match view.find(ptr as usize) {
+            None => {
+                out.Type = HSA_POINTER_UNKNOWN;
+                HSAKMT_STATUS_ERROR
+            }
+            Some(r) => {
+                out.Type = match r.kind {
+                    crate::memory::RangeKind::Allocated => HSA_POINTER_ALLOCATED,
+                    crate::memory::RangeKind::RegisteredUser => HSA_POINTER_REGISTERED_USER,
+                };
+                out.Node = r.node;
+                out.MemFlags.__bindgen_anon_1.Value = r.flags;
+                out.CPUAddress = r.base as *mut c_void;
+                out.GPUAddress = r.base as u64;
+                out.SizeInBytes = r.size as u64;
+                out.NMappedNodes = r.mapped_nodes.len() as u32;
+                out.MappedNodes = r.mapped_nodes.as_ptr();
+                out.NRegisteredNodes = out.NMappedNodes;
+                out.RegisteredNodes = r.mapped_nodes.as_ptr();
+                out.UserData = r.user_data as *mut c_void;
+                HSAKMT_STATUS_SUCCESS
+            }
+        };
+        // SAFETY: non-null out pointer.
+        unsafe { *info = out };
+        status
+    })
+}
+
+/// Attaches user data to a tracked range.
+#[no_mangle]
+pub extern "C" fn hsaKmtSetMemoryUserData(ptr: *const c_void, data: *mut c_void) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.memory.set_user_data(ptr as usize, data as usize) {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_PARAMETER
+        }
+    })
+}
+
+/// Only used for Kaveri; accepted and ignored.
+#[no_mangle]
+pub extern "C" fn hsaKmtSetMemoryPolicy(
+    _node: u32,
+    _default: u32,
+    _alt: u32,
+    _addr: *mut c_void,
+    _size: u64,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_SUCCESS)
+}
+
+/// IPC is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtShareMemory(
+    _addr: *mut c_void,
+    _size: u64,
+    _handle: *mut HsaSharedMemoryHandle,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// IPC is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtRegisterSharedHandle(
+    _handle: *const HsaSharedMemoryHandle,
+    _addr: *mut *mut c_void,
+    _size: *mut u64,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// IPC is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtRegisterSharedHandleToNodes(
+    _handle: *const HsaSharedMemoryHandle,
+    _addr: *mut *mut c_void,
+    _size: *mut u64,
+    _n: u64,
+    _nodes: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// Graphics interop is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtRegisterGraphicsHandleToNodes(
+    _handle: u64,
+    _info: *mut HsaGraphicsResourceInfo,
+    _n: u64,
+    _nodes: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// SVM is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtSVMSetAttr(
+    _start: *mut c_void,
+    _size: u64,
+    _n: u32,
+    _attrs: *mut HSA_SVM_ATTRIBUTE,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// SVM is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtSVMGetAttr(
+    _start: *mut c_void,
+    _size: u64,
+    _n: u32,
+    _attrs: *mut HSA_SVM_ATTRIBUTE,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// Recorded only: the emulator runs no shader code.
+#[no_mangle]
+pub extern "C" fn hsaKmtSetTrapHandler(
+    node: u32,
+    _tba: *mut c_void,
+    _tba_size: u64,
+    _tma: *mut c_void,
+    _tma_size: u64,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.topology.node(node).is_some() {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_NODE_UNIT
+        }
+    })
+}
+
+/// Creates an AQL compute queue served by the command processor. SDMA queues are refused, so ROCr falls back
+/// to blit kernels (which the CP recognises and executes).
+///
+/// # Safety
+/// `res` must be null or a valid `HsaQueueResource` whose `Queue_read_ptr_aql` points into ROCr's `amd_queue_t`.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtCreateQueue(
+    node: u32,
+    ty: HSA_QUEUE_TYPE,
+    _percentage: u32,
+    _priority: HSA_QUEUE_PRIORITY,
+    ring: *mut c_void,
+    ring_bytes: u64,
+    _event: *mut HsaEvent,
+    res: *mut HsaQueueResource,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if res.is_null() || ring.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).and_then(|n| n.gpu).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        if ty != HSA_QUEUE_COMPUTE_AQL {
+            return HSAKMT_STATUS_NOT_SUPPORTED;
+        }
+        // SAFETY: non-null resource struct from ROCr; reading a pointer-sized union member.
+        let read_ptr = unsafe { (*res).__bindgen_anon_3.Queue_read_ptr_aql } as usize;
+        let spec = QueueSpec {
+            node,
+            ring: ring as usize,
+            ring_bytes: ring_bytes as usize,
+            read_ptr,
+        };
+        let Some((id, doorbell)) = e.cp.create_queue(e, spec) else {
+            return HSAKMT_STATUS_OUT_OF_RESOURCES;
+        };
+        // SAFETY: non-null resource struct from ROCr.
+        unsafe {
+            (*res).QueueId = id;
+            (*res).__bindgen_anon_1.Queue_DoorBell_aql = doorbell as *mut u64;
+        }
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// Destroys a queue; the CP no longer touches its ring when this returns.
+#[no_mangle]
+pub extern "C" fn hsaKmtDestroyQueue(id: HSA_QUEUEID) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.cp.destroy_queue(id) {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_PARAMETER
+        }
+    })
+}
+
+/// Suspends (percentage 0) or resumes a queue.
+#[no_mangle]
+pub extern "C" fn hsaKmtUpdateQueue(
+    id: HSA_QUEUEID,
+    percentage: u32,
+    _priority: HSA_QUEUE_PRIORITY,
+    _ring: *mut c_void,
+    _size: u64,
+    _event: *mut HsaEvent,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if e.cp.update_queue(id, percentage) {
+            HSAKMT_STATUS_SUCCESS
+        } else {
+            HSAKMT_STATUS_INVALID_PARAMETER
+        }
+    })
+}
+
+/// CU masks are accepted and not modelled.
+#[no_mangle]
+pub extern "C" fn hsaKmtSetQueueCUMask(
+    _id: HSA_QUEUEID,
+    _count: u32,
+    _mask: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_SUCCESS)
+}
+
+/// No GWS (`NumGws = 0`).
+#[no_mangle]
+pub extern "C" fn hsaKmtAllocQueueGWS(
+    _id: HSA_QUEUEID,
+    _n: u32,
+    _first: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
