@@ -2,8 +2,9 @@
 //! through [`rprof_perfetto::TraceWriter`]. Layout (see `docs/trace-format.md`):
 //!
 //! ```text
-//! process <name> (pid)                      process track
-//!   <name> / thread <tid>                   one thread track per interceptor thread
+//! <process name> <pid>                      process track
+//!   <process name>                          thread track of the main thread (tid = pid)
+//!   thread <tid>                            thread track of every other interceptor thread
 //!     hsa_queue_write                       one slice per InterceptRecord, flow to each kernel
 //! GPU <index> (<agent name>)                custom track per agent
 //!   queue <queue_id>                        custom track per queue
