@@ -4,7 +4,7 @@
 //! and flow rules).
 //!
 //! The checker is found through `RPROF_PFTRACE_CHECK`, default
-//! `../shared/tools/pftrace_check.py` relative to the repository root. It
+//! `tests/tools/pftrace_check.py` (the team checker, vendored). It
 //! needs `pip install perfetto protobuf`. If either is missing the tests
 //! fail: they never skip.
 
@@ -31,7 +31,7 @@ const KERNEL_NAMES: [&str; 5] = [
 fn checker_path() -> PathBuf {
     match std::env::var_os("RPROF_PFTRACE_CHECK") {
         Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/pftrace_check.py"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/pftrace_check.py"),
     }
 }
 
