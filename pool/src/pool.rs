@@ -1,0 +1,607 @@
+//! The pool, its handles and its statistics.
+
+use std::fmt;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::free_list::FreeList;
+use crate::primitive::{
+    fence, lock, wait, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering,
+    SPIN_BEFORE_PARKING,
+};
+use crate::provider::{ProviderError, RawSignal, SignalProvider};
+
+/// Largest capacity a pool accepts (slot indices are `u32`; this keeps reference counts and the
+/// free list comfortably in range, and is far above the 4096 driver events of a process).
+const MAX_CAPACITY: u32 = 1 << 20;
+
+/// Reference counts above this abort the process, as `Arc` does: only a leak of billions of
+/// shares (`mem::forget` in a loop) can get there.
+const MAX_REFS: u32 = u32::MAX / 2;
+
+/// How a [`SignalPool`] is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Most signals the pool will ever create (1..=1_048_576). Default 256.
+    pub capacity: u32,
+    /// Signals created at once when the free list is empty (1..=capacity). Default 64.
+    pub batch: u32,
+    /// Value signals are created with and reset to on release. Default 1 (a completion signal
+    /// that the packet processor decrements to 0).
+    pub initial_value: i64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            capacity: 256,
+            batch: 64,
+            initial_value: 1,
+        }
+    }
+}
+
+/// Why the pool could not hand out a signal or shut down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    /// The configuration is out of range; the message says which field.
+    InvalidConfig(&'static str),
+    /// The provider failed while the pool grew and that batch created nothing. `pool_size`
+    /// signals exist and are kept; the pool no longer grows.
+    Create {
+        /// What the provider reported.
+        error: ProviderError,
+        /// Signals the pool holds (in use or free).
+        pool_size: u32,
+    },
+    /// An earlier creation failure left the pool with no signal at all, so there is nothing to
+    /// wait for.
+    NoSignals(ProviderError),
+    /// The pool was shut down.
+    Closed,
+    /// [`SignalPool::shutdown`] found handles or shares still alive.
+    InUse {
+        /// Signals not on the free list when shutdown looked.
+        outstanding: u32,
+    },
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::InvalidConfig(what) => {
+                write!(f, "invalid signal pool configuration: {what}")
+            }
+            PoolError::Create { error, pool_size } => write!(
+                f,
+                "{error}; the signal pool keeps its {pool_size} signals and stops growing"
+            ),
+            PoolError::NoSignals(error) => {
+                write!(f, "the signal pool has no signals: {error}")
+            }
+            PoolError::Closed => write!(f, "the signal pool is shut down"),
+            PoolError::InUse { outstanding } => {
+                write!(f, "{outstanding} pool signals are still in use")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// A snapshot of the pool's counters (each read with `Relaxed`; they may be a few operations
+/// apart from one another while the pool is busy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// The configured capacity.
+    pub capacity: u32,
+    /// Signals created so far (never decreases, at most `capacity`).
+    pub created: u32,
+    /// Signals currently owned by a handle or shares (derived from the free list's length, so
+    /// exact only when no acquire or release is in flight).
+    pub in_use: u32,
+    /// Largest `in_use` seen.
+    pub high_water: u32,
+    /// Acquires that found every signal in use and had to wait ([`SignalPool::acquire`]) or came
+    /// back empty ([`SignalPool::try_acquire`]).
+    pub acquire_waits: u64,
+    /// Signals reset and returned to the free list (derived from the free list's push count).
+    pub resets: u64,
+    /// Provider creation failures (each one stops growth, so 0 or 1 in practice).
+    pub create_failures: u32,
+    /// The last creation failure, if any.
+    pub last_create_error: Option<ProviderError>,
+}
+
+/// One signal's slot.
+struct Slot {
+    /// The signal, written once when the slot's batch is created (before its index is first
+    /// published on the free list or handed out), read only through a live handle or share.
+    raw: AtomicU64,
+    /// Live handles + shares. 0 exactly while the index is on the free list (or the slot has
+    /// no signal yet); set to 1 by the acquirer that popped the index; the decrement that
+    /// reaches 0 resets the signal and pushes the index back.
+    refs: AtomicU32,
+}
+
+/// State changed only under the growth lock.
+struct Growth {
+    /// Slots `0..created` hold signals. Mirrors [`SignalPool::created`].
+    created: u32,
+    /// The first creation failure; set once, after which the pool no longer grows.
+    failure: Option<ProviderError>,
+    /// `shutdown` destroyed the signals.
+    closed: bool,
+}
+
+/// Statistics counters. The hot path writes none of them in steady state (only `high_water`
+/// when it rises): `in_use` and `resets` are derived from the free list's positions.
+#[derive(Default)]
+struct Counters {
+    /// Signals handed to the free list or to the acquirer that grew the pool; stored after the
+    /// batch's pushes, so `published - free.len()` never counts a signal still being published.
+    published: AtomicU32,
+    /// Largest in-use count seen by `claim`.
+    high_water: AtomicU32,
+    /// Free-list pushes that were not releases (growth, refused shutdowns):
+    /// `resets = free.pushes() - extra_pushes`.
+    extra_pushes: AtomicU64,
+    /// Acquires that met back-pressure.
+    acquire_waits: AtomicU64,
+}
+
+/// A bounded pool of reusable signals. See the crate documentation.
+pub struct SignalPool<P: SignalProvider> {
+    provider: P,
+    config: PoolConfig,
+    /// Fixed array of `capacity` slots, allocated once in [`SignalPool::new`].
+    slots: Box<[Slot]>,
+    /// Indices of free slots. Holds at most `created` values, so a push never finds it full.
+    free: FreeList,
+    /// Number of created signals, for statistics (authoritative copy in `Growth`).
+    created: AtomicU32,
+    /// True once the pool will never grow again (capacity reached, a creation failed, or
+    /// closed): acquirers that find the free list empty then wait instead of taking the lock.
+    growth_over: AtomicBool,
+    growth: Mutex<Growth>,
+    /// Acquirers registered to park (incremented before their last look at the free list).
+    waiters: CachePadded<AtomicU32>,
+    /// Set by a successful `shutdown`; parked acquirers return [`PoolError::Closed`].
+    closed: AtomicBool,
+    /// Lock paired with `wake`; protects nothing but the check-then-wait of parked acquirers.
+    park: Mutex<()>,
+    wake: Condvar,
+    counters: CachePadded<Counters>,
+    create_failures: AtomicU32,
+}
+
+impl<P: SignalProvider> SignalPool<P> {
+    /// Makes an empty pool; no signal is created until the first acquire.
+    pub fn new(provider: P, config: PoolConfig) -> Result<Self, PoolError> {
+        if config.capacity == 0 || config.capacity > MAX_CAPACITY {
+            return Err(PoolError::InvalidConfig("capacity must be in 1..=1048576"));
+        }
+        if config.batch == 0 || config.batch > config.capacity {
+            return Err(PoolError::InvalidConfig("batch must be in 1..=capacity"));
+        }
+        let slots = (0..config.capacity)
+            .map(|_| Slot {
+                raw: AtomicU64::new(0),
+                refs: AtomicU32::new(0),
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Ok(SignalPool {
+            provider,
+            config,
+            slots,
+            free: FreeList::with_capacity(config.capacity as usize),
+            created: AtomicU32::new(0),
+            growth_over: AtomicBool::new(false),
+            growth: Mutex::new(Growth {
+                created: 0,
+                failure: None,
+                closed: false,
+            }),
+            waiters: CachePadded::new(AtomicU32::new(0)),
+            closed: AtomicBool::new(false),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+            counters: CachePadded::new(Counters::default()),
+            create_failures: AtomicU32::new(0),
+        })
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> PoolConfig {
+        self.config
+    }
+
+    /// The provider (e.g. to read its own counters).
+    pub fn provider(&self) -> &P {
+        &self.provider
+    }
+
+    /// Takes a free signal without waiting: `Ok(None)` means all `capacity` signals (or all the
+    /// pool could create) are in use. Grows by one batch if the free list is empty and the pool
+    /// may still grow.
+    pub fn try_acquire(&self) -> Result<Option<SignalHandle<'_, P>>, PoolError> {
+        if let Some(index) = self.free.pop() {
+            return Ok(Some(self.claim(index)));
+        }
+        match self.grow()? {
+            Some(index) => Ok(Some(self.claim(index))),
+            None => {
+                self.counters.acquire_waits.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes a free signal, growing by one batch if needed, and otherwise waits until a handle
+    /// (with all its shares) is dropped: a short spin, then parking.
+    ///
+    /// Errors: [`PoolError::Create`] if growing was needed and the provider created nothing,
+    /// [`PoolError::NoSignals`] if an earlier failure left the pool empty, [`PoolError::Closed`]
+    /// after [`SignalPool::shutdown`].
+    pub fn acquire(&self) -> Result<SignalHandle<'_, P>, PoolError> {
+        if let Some(index) = self.free.pop() {
+            return Ok(self.claim(index));
+        }
+        if let Some(index) = self.grow()? {
+            return Ok(self.claim(index));
+        }
+        // Every signal is in use and the pool will not grow: back-pressure.
+        self.counters.acquire_waits.fetch_add(1, Ordering::Relaxed);
+        if SPIN_BEFORE_PARKING {
+            let backoff = Backoff::new();
+            while !backoff.is_completed() {
+                backoff.snooze();
+                if let Some(index) = self.free.pop() {
+                    return Ok(self.claim(index));
+                }
+            }
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = lock(&self.park);
+        let result = loop {
+            // Pairs with the fence in `push_free`: either the releaser sees our registration in
+            // `waiters` and notifies under `park` (which we hold until we wait), or we see its
+            // push here.
+            fence(Ordering::SeqCst);
+            if let Some(index) = self.free.pop() {
+                break Ok(index);
+            }
+            if self.closed.load(Ordering::SeqCst) {
+                break Err(PoolError::Closed);
+            }
+            guard = wait(&self.wake, guard);
+        };
+        drop(guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result.map(|index| self.claim(index))
+    }
+
+    /// Destroys every signal if none is in use, and closes the pool: later acquires fail with
+    /// [`PoolError::Closed`]. Returns how many signals were destroyed. If handles or shares are
+    /// alive, nothing changes and [`PoolError::InUse`] says how many signals are out.
+    ///
+    /// Dropping the pool does the same; use this when the pool lives in a `static`.
+    pub fn shutdown(&self) -> Result<u32, PoolError> {
+        let mut growth = lock(&self.growth);
+        if growth.closed {
+            return Err(PoolError::Closed);
+        }
+        let created = growth.created;
+        // Take every index off the free list: nobody can acquire them meanwhile, and the
+        // growth lock keeps `created` fixed. Shutdown is rare, so it may allocate.
+        let mut drained = Vec::with_capacity(created as usize);
+        while drained.len() < created as usize {
+            match self.free.pop() {
+                Some(index) => drained.push(index),
+                None => break,
+            }
+        }
+        if drained.len() < created as usize {
+            // Some signal is out (or on its way back): put back what we took, waking waiters.
+            let outstanding = created - drained.len() as u32;
+            drop(growth);
+            self.counters
+                .extra_pushes
+                .fetch_add(drained.len() as u64, Ordering::Release);
+            for index in drained {
+                self.push_free(index);
+            }
+            return Err(PoolError::InUse { outstanding });
+        }
+        growth.closed = true;
+        self.growth_over.store(true, Ordering::SeqCst);
+        self.closed.store(true, Ordering::SeqCst);
+        for slot in &self.slots[..created as usize] {
+            self.provider
+                .destroy(RawSignal(slot.raw.load(Ordering::Relaxed)));
+        }
+        drop(growth);
+        let _park = lock(&self.park);
+        self.wake.notify_all();
+        Ok(created)
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> PoolStats {
+        let growth = lock(&self.growth);
+        PoolStats {
+            capacity: self.config.capacity,
+            created: self.created.load(Ordering::Relaxed),
+            in_use: self.in_use(),
+            high_water: self.counters.high_water.load(Ordering::Relaxed),
+            acquire_waits: self.counters.acquire_waits.load(Ordering::Relaxed),
+            resets: self
+                .free
+                .pushes()
+                .saturating_sub(self.counters.extra_pushes.load(Ordering::Acquire)),
+            create_failures: self.create_failures.load(Ordering::Relaxed),
+            last_create_error: growth.failure,
+        }
+    }
+
+    /// Hands out slot `index`, just popped from the free list or just created.
+    fn claim(&self, index: u32) -> SignalHandle<'_, P> {
+        let refs = &self.slots[index as usize].refs;
+        debug_assert_eq!(
+            refs.load(Ordering::Relaxed),
+            0,
+            "slot {index} handed out while in use"
+        );
+        // Popping the index made this thread the slot's only owner: a plain store suffices.
+        refs.store(1, Ordering::Relaxed);
+        let in_use = self.in_use();
+        if in_use > self.counters.high_water.load(Ordering::Relaxed) {
+            self.counters
+                .high_water
+                .fetch_max(in_use, Ordering::Relaxed);
+        }
+        SignalHandle { pool: self, index }
+    }
+
+    /// Signals not on the free list (exact when no acquire or release is in flight).
+    fn in_use(&self) -> u32 {
+        let published = self.counters.published.load(Ordering::Acquire);
+        published.saturating_sub(self.free.len() as u32)
+    }
+
+    /// The signal in slot `index`; the caller holds a reference.
+    fn raw(&self, index: u32) -> RawSignal {
+        RawSignal(self.slots[index as usize].raw.load(Ordering::Relaxed))
+    }
+
+    /// Adds a reader to slot `index`; the caller holds a reference.
+    fn add_ref(&self, index: u32) {
+        let previous = self.slots[index as usize]
+            .refs
+            .fetch_add(1, Ordering::Relaxed);
+        if previous > MAX_REFS {
+            std::process::abort();
+        }
+    }
+
+    /// Drops a reader of slot `index`; the last one resets the signal and frees the slot.
+    fn release_ref(&self, index: u32) {
+        let slot = &self.slots[index as usize];
+        if slot.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Every other reader's use of the signal happens before the reset.
+        fence(Ordering::Acquire);
+        self.provider.reset(
+            RawSignal(slot.raw.load(Ordering::Relaxed)),
+            self.config.initial_value,
+        );
+        self.push_free(index);
+    }
+
+    /// Puts `index` on the free list and wakes one parked acquirer, if any.
+    fn push_free(&self, index: u32) {
+        // Never full: it holds only indices of created slots, each at most once (refs == 0).
+        self.free.push(index);
+        // Pairs with the fence in `acquire`'s parking loop.
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            let _park = lock(&self.park);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Creates one batch if the pool may still grow. `Ok(Some(index))`: a slot for the caller
+    /// (created, or freed while we waited for the lock). `Ok(None)`: the pool will never grow.
+    fn grow(&self) -> Result<Option<u32>, PoolError> {
+        if self.growth_over.load(Ordering::Acquire) {
+            return self.no_growth();
+        }
+        let mut growth = lock(&self.growth);
+        if growth.closed {
+            return Err(PoolError::Closed);
+        }
+        // Another thread may have grown the pool, or a signal came back, while we waited.
+        if let Some(index) = self.free.pop() {
+            return Ok(Some(index));
+        }
+        if growth.failure.is_some() || growth.created == self.config.capacity {
+            drop(growth);
+            return self.no_growth();
+        }
+        let start = growth.created;
+        let end = (start + self.config.batch).min(self.config.capacity);
+        let mut made = start;
+        let mut failure = None;
+        while made < end {
+            match self.provider.create(self.config.initial_value) {
+                Ok(raw) => {
+                    self.slots[made as usize]
+                        .raw
+                        .store(raw.0, Ordering::Relaxed);
+                    made += 1;
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        growth.created = made;
+        self.created.store(made, Ordering::Relaxed);
+        if let Some(error) = failure {
+            growth.failure = Some(error);
+            self.create_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if failure.is_some() || made == self.config.capacity {
+            self.growth_over.store(true, Ordering::Release);
+        }
+        drop(growth);
+        if made == start {
+            let error = failure.unwrap_or(ProviderError { status: 0 });
+            return Err(PoolError::Create {
+                error,
+                pool_size: made,
+            });
+        }
+        // Keep the first new slot for the caller, publish the others.
+        self.counters
+            .extra_pushes
+            .fetch_add(u64::from(made - start - 1), Ordering::Release);
+        for index in start + 1..made {
+            self.push_free(index);
+        }
+        self.counters.published.store(made, Ordering::Release);
+        Ok(Some(start))
+    }
+
+    /// The outcome of `grow` once growth is over for good.
+    fn no_growth(&self) -> Result<Option<u32>, PoolError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(PoolError::Closed);
+        }
+        if self.created.load(Ordering::Relaxed) == 0 {
+            let failure = lock(&self.growth).failure;
+            return Err(PoolError::NoSignals(
+                failure.unwrap_or(ProviderError { status: 0 }),
+            ));
+        }
+        Ok(None)
+    }
+}
+
+impl<P: SignalProvider> Drop for SignalPool<P> {
+    /// Destroys every created signal (unless `shutdown` already did). Handles and shares borrow
+    /// the pool, so none is alive here.
+    fn drop(&mut self) {
+        let growth = lock(&self.growth);
+        if growth.closed {
+            return;
+        }
+        for slot in &self.slots[..growth.created as usize] {
+            self.provider
+                .destroy(RawSignal(slot.raw.load(Ordering::Relaxed)));
+        }
+    }
+}
+
+impl<P: SignalProvider> fmt::Debug for SignalPool<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignalPool")
+            .field("config", &self.config)
+            .field("free", &self.free.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The owner of one pool signal: not `Clone`, `Send` (and `Sync`), borrowing the pool.
+///
+/// The signal goes back to the pool (reset to the pool's initial value) when this handle and
+/// every [`SignalShare`] made from it are dropped.
+pub struct SignalHandle<'pool, P: SignalProvider> {
+    pool: &'pool SignalPool<P>,
+    /// Slot index; this handle holds one of the slot's references.
+    index: u32,
+}
+
+impl<'pool, P: SignalProvider> SignalHandle<'pool, P> {
+    /// The signal, to put in a dispatch packet or read timestamps from. Valid while `self` lives.
+    pub fn raw(&self) -> RawSignal {
+        self.pool.raw(self.index)
+    }
+
+    /// The slot index (stable for the pool's life; useful as a compact key).
+    pub fn slot(&self) -> u32 {
+        self.index
+    }
+
+    /// Another reader of the same signal, delaying its release until the share is dropped too.
+    pub fn share(&self) -> SignalShare<'pool, P> {
+        self.pool.add_ref(self.index);
+        SignalShare {
+            pool: self.pool,
+            index: self.index,
+        }
+    }
+}
+
+impl<P: SignalProvider> Drop for SignalHandle<'_, P> {
+    fn drop(&mut self) {
+        self.pool.release_ref(self.index);
+    }
+}
+
+impl<P: SignalProvider> fmt::Debug for SignalHandle<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignalHandle")
+            .field("slot", &self.index)
+            .field("raw", &self.raw())
+            .finish()
+    }
+}
+
+/// An extra reader of a pool signal, made by [`SignalHandle::share`] or by cloning a share.
+pub struct SignalShare<'pool, P: SignalProvider> {
+    pool: &'pool SignalPool<P>,
+    /// Slot index; this share holds one of the slot's references.
+    index: u32,
+}
+
+impl<P: SignalProvider> SignalShare<'_, P> {
+    /// The signal. Valid while `self` lives.
+    pub fn raw(&self) -> RawSignal {
+        self.pool.raw(self.index)
+    }
+
+    /// The slot index.
+    pub fn slot(&self) -> u32 {
+        self.index
+    }
+}
+
+impl<P: SignalProvider> Clone for SignalShare<'_, P> {
+    fn clone(&self) -> Self {
+        self.pool.add_ref(self.index);
+        SignalShare {
+            pool: self.pool,
+            index: self.index,
+        }
+    }
+}
+
+impl<P: SignalProvider> Drop for SignalShare<'_, P> {
+    fn drop(&mut self) {
+        self.pool.release_ref(self.index);
+    }
+}
+
+impl<P: SignalProvider> fmt::Debug for SignalShare<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignalShare")
+            .field("slot", &self.index)
+            .field("raw", &self.raw())
+            .finish()
+    }
+}

@@ -1,0 +1,487 @@
+//! Pool behaviour with the counting fake provider.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+use common::{FakeProvider, OUT_OF_RESOURCES};
+use rprof_pool::{PoolConfig, PoolError, ProviderError, SignalPool, SignalProvider};
+
+fn pool(capacity: u32, batch: u32) -> SignalPool<FakeProvider> {
+    SignalPool::new(
+        FakeProvider::new(capacity),
+        PoolConfig {
+            capacity,
+            batch,
+            initial_value: 1,
+        },
+    )
+    .unwrap()
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn handles_are_send_and_sync() {
+    assert_send_sync::<rprof_pool::SignalHandle<'static, FakeProvider>>();
+    assert_send_sync::<rprof_pool::SignalShare<'static, FakeProvider>>();
+    assert_send_sync::<SignalPool<FakeProvider>>();
+}
+
+#[test]
+fn rejects_bad_config() {
+    let bad = |capacity, batch| {
+        SignalPool::new(
+            FakeProvider::new(1),
+            PoolConfig {
+                capacity,
+                batch,
+                initial_value: 1,
+            },
+        )
+        .unwrap_err()
+    };
+    assert!(matches!(bad(0, 1), PoolError::InvalidConfig(_)));
+    assert!(matches!(bad(4, 0), PoolError::InvalidConfig(_)));
+    assert!(matches!(bad(4, 5), PoolError::InvalidConfig(_)));
+    assert!(matches!(bad((1 << 20) + 1, 1), PoolError::InvalidConfig(_)));
+}
+
+#[test]
+fn creates_lazily_in_batches() {
+    let pool = pool(10, 4);
+    assert_eq!(pool.provider().creates(), 0);
+    let mut held = Vec::new();
+    let expected_creates = [4, 4, 4, 4, 8, 8, 8, 8, 10, 10];
+    for expected in expected_creates {
+        held.push(pool.acquire().unwrap());
+        assert_eq!(pool.provider().creates(), expected);
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.created, 10);
+    assert_eq!(stats.in_use, 10);
+    assert_eq!(stats.high_water, 10);
+    assert_eq!(stats.resets, 0);
+    // Ten distinct signals, each created with the initial value.
+    let mut raws: Vec<u64> = held.iter().map(|h| h.raw().0).collect();
+    raws.sort_unstable();
+    assert_eq!(raws, (1..=10).collect::<Vec<_>>());
+    for h in &held {
+        assert_eq!(pool.provider().value(h.raw()), 1);
+    }
+}
+
+#[test]
+fn capacity_is_a_hard_bound() {
+    let pool = pool(8, 8);
+    let held: Vec<_> = (0..8)
+        .map(|_| pool.try_acquire().unwrap().unwrap())
+        .collect();
+    assert!(pool.try_acquire().unwrap().is_none());
+    assert!(pool.try_acquire().unwrap().is_none());
+    let stats = pool.stats();
+    assert_eq!(stats.created, 8);
+    assert_eq!(stats.acquire_waits, 2);
+    assert_eq!(pool.provider().creates(), 8);
+    drop(held);
+    assert_eq!(pool.stats().in_use, 0);
+    assert_eq!(pool.provider().resets(), 8);
+    assert!(pool.try_acquire().unwrap().is_some());
+    assert_eq!(pool.provider().creates(), 8);
+}
+
+#[test]
+fn no_creation_after_warm_up_over_a_million_cycles() {
+    let pool = pool(256, 64);
+    {
+        // Warm up: one batch.
+        let h = pool.acquire().unwrap();
+        pool.provider().begin_use(h.raw());
+        pool.provider().end_use(h.raw());
+    }
+    assert_eq!(pool.provider().creates(), 64);
+    for _ in 0..1_000_000 {
+        let h = pool.acquire().unwrap();
+        let raw = h.raw();
+        pool.provider().begin_use(raw);
+        pool.provider().end_use(raw);
+        drop(h);
+    }
+    assert_eq!(pool.provider().creates(), 64);
+    assert_eq!(pool.provider().resets(), 1_000_001);
+    let stats = pool.stats();
+    assert_eq!(stats.created, 64);
+    assert_eq!(stats.resets, 1_000_001);
+    assert_eq!(stats.in_use, 0);
+    assert_eq!(stats.high_water, 1);
+    assert_eq!(stats.acquire_waits, 0);
+}
+
+#[test]
+fn release_resets_to_initial_value() {
+    let pool = pool(1, 1);
+    let h = pool.acquire().unwrap();
+    let raw = h.raw();
+    pool.provider().begin_use(raw);
+    pool.provider().end_use(raw); // GPU decremented it to 0
+    assert_eq!(pool.provider().value(raw), 0);
+    drop(h);
+    assert_eq!(pool.provider().value(raw), 1);
+    assert_eq!(pool.provider().resets(), 1);
+    // Same single signal comes back.
+    assert_eq!(pool.acquire().unwrap().raw(), raw);
+}
+
+#[test]
+fn shares_delay_release() {
+    let pool = pool(1, 1);
+    let handle = pool.acquire().unwrap();
+    let raw = handle.raw();
+    let share = handle.share();
+    let share2 = share.clone();
+    assert_eq!(share.raw(), raw);
+    assert_eq!(share2.slot(), handle.slot());
+    drop(handle);
+    assert_eq!(pool.provider().resets(), 0);
+    assert_eq!(pool.stats().in_use, 1);
+    assert!(pool.try_acquire().unwrap().is_none());
+    drop(share);
+    assert_eq!(pool.provider().resets(), 0);
+    assert!(pool.try_acquire().unwrap().is_none());
+    // A share can outlive the handle and move to another thread.
+    thread::scope(|s| {
+        s.spawn(move || {
+            assert_eq!(share2.raw(), raw);
+            drop(share2);
+        });
+    });
+    assert_eq!(pool.provider().resets(), 1);
+    assert_eq!(pool.stats().in_use, 0);
+    assert_eq!(pool.try_acquire().unwrap().unwrap().raw(), raw);
+}
+
+#[test]
+fn back_pressure_wakes_a_blocked_acquirer() {
+    let pool = pool(2, 2);
+    let first = pool.acquire().unwrap();
+    let second = pool.acquire().unwrap();
+    let released = AtomicBool::new(false);
+    let first_raw = first.raw();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let h = pool.acquire().unwrap();
+            // It can only have got the signal released below.
+            assert!(released.load(Ordering::SeqCst));
+            h.raw()
+        });
+        // Wait until the waiter has met back-pressure, then give it time to park.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pool.stats().acquire_waits == 0 {
+            assert!(std::time::Instant::now() < deadline, "waiter never blocked");
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished());
+        assert_eq!(pool.stats().acquire_waits, 1);
+        released.store(true, Ordering::SeqCst);
+        drop(first);
+        assert_eq!(waiter.join().unwrap(), first_raw);
+    });
+    drop(second);
+    assert_eq!(pool.provider().creates(), 2);
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+#[test]
+fn many_blocked_acquirers_all_wake() {
+    let pool = pool(1, 1);
+    let held = pool.acquire().unwrap();
+    thread::scope(|s| {
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..100 {
+                        let h = pool.acquire().unwrap();
+                        pool.provider().begin_use(h.raw());
+                        pool.provider().end_use(h.raw());
+                    }
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(100));
+        drop(held);
+        for w in waiters {
+            w.join().unwrap();
+        }
+    });
+    assert_eq!(pool.provider().creates(), 1);
+    assert_eq!(pool.provider().resets(), 301);
+}
+
+#[test]
+fn stress_four_threads_never_double_use() {
+    const THREADS: usize = 4;
+    const CYCLES: usize = 100_000;
+    // Small capacity so threads contend and back-pressure kicks in.
+    let pool = pool(3, 2);
+    let barrier = Barrier::new(THREADS);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let pool = &pool;
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..CYCLES {
+                    let h = pool.acquire().unwrap();
+                    let raw = h.raw();
+                    pool.provider().begin_use(raw);
+                    if (i + t) % 3 == 0 {
+                        // Hand a share to the end of the cycle; release happens on its drop.
+                        let share = h.share();
+                        drop(h);
+                        assert_eq!(share.raw(), raw);
+                        pool.provider().end_use(raw);
+                        drop(share);
+                    } else {
+                        pool.provider().end_use(raw);
+                        drop(h);
+                    }
+                }
+            });
+        }
+    });
+    let stats = pool.stats();
+    assert_eq!(pool.provider().creates(), 3);
+    assert_eq!(stats.created, 3);
+    assert_eq!(stats.in_use, 0);
+    assert_eq!(stats.resets, (THREADS * CYCLES) as u64);
+    assert_eq!(pool.provider().resets(), (THREADS * CYCLES) as u64);
+    assert!(stats.high_water <= 3 && stats.high_water >= 1);
+}
+
+#[test]
+fn stress_with_growth_under_contention() {
+    const THREADS: usize = 4;
+    let pool = pool(256, 64);
+    let barrier = Barrier::new(THREADS);
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            let pool = &pool;
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..20_000 {
+                    // Hold several at once to force growth while others acquire.
+                    let hs: Vec<_> = (0..40).map(|_| pool.acquire().unwrap()).collect();
+                    for h in &hs {
+                        pool.provider().begin_use(h.raw());
+                    }
+                    for h in &hs {
+                        pool.provider().end_use(h.raw());
+                    }
+                    drop(hs);
+                    if pool.stats().created == 256 {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let stats = pool.stats();
+    assert_eq!(stats.created as u64, pool.provider().creates());
+    assert_eq!(stats.created % 64, 0);
+    assert!(stats.created >= 64 && stats.created <= 256);
+    assert_eq!(stats.in_use, 0);
+}
+
+#[test]
+fn creation_failure_keeps_existing_signals() {
+    // Events run out after 5 signals: the second batch of 4 creates only one.
+    let pool = SignalPool::new(
+        FakeProvider::failing_at(16, 5),
+        PoolConfig {
+            capacity: 16,
+            batch: 4,
+            initial_value: 1,
+        },
+    )
+    .unwrap();
+    let held: Vec<_> = (0..5).map(|_| pool.acquire().unwrap()).collect();
+    let stats = pool.stats();
+    assert_eq!(stats.created, 5);
+    assert_eq!(stats.create_failures, 1);
+    assert_eq!(
+        stats.last_create_error,
+        Some(ProviderError {
+            status: OUT_OF_RESOURCES
+        })
+    );
+    assert_eq!(pool.provider().failed_creates.load(Ordering::SeqCst), 1);
+    // No more growth attempts: the pool is now bounded at 5 and applies back-pressure.
+    assert!(pool.try_acquire().unwrap().is_none());
+    assert_eq!(pool.provider().failed_creates.load(Ordering::SeqCst), 1);
+    drop(held);
+    let again: Vec<_> = (0..5).map(|_| pool.acquire().unwrap()).collect();
+    assert_eq!(pool.provider().creates(), 5);
+    drop(again);
+}
+
+#[test]
+fn creation_failure_with_nothing_created_is_an_error() {
+    let pool = SignalPool::new(
+        FakeProvider::failing_at(8, 0),
+        PoolConfig {
+            capacity: 8,
+            batch: 4,
+            initial_value: 1,
+        },
+    )
+    .unwrap();
+    let error = ProviderError {
+        status: OUT_OF_RESOURCES,
+    };
+    assert_eq!(
+        pool.acquire().unwrap_err(),
+        PoolError::Create {
+            error,
+            pool_size: 0
+        }
+    );
+    // Later calls fail at once instead of waiting forever or retrying the provider.
+    assert_eq!(pool.acquire().unwrap_err(), PoolError::NoSignals(error));
+    assert_eq!(pool.try_acquire().unwrap_err(), PoolError::NoSignals(error));
+    assert_eq!(pool.provider().failed_creates.load(Ordering::SeqCst), 1);
+    assert_eq!(pool.stats().create_failures, 1);
+}
+
+#[test]
+fn batch_failing_after_earlier_batches_errors_only_if_empty() {
+    // Exactly one full batch, then failure: the next growth creates nothing.
+    let pool = SignalPool::new(
+        FakeProvider::failing_at(8, 4),
+        PoolConfig {
+            capacity: 8,
+            batch: 4,
+            initial_value: 1,
+        },
+    )
+    .unwrap();
+    let held: Vec<_> = (0..4).map(|_| pool.acquire().unwrap()).collect();
+    let error = ProviderError {
+        status: OUT_OF_RESOURCES,
+    };
+    assert_eq!(
+        pool.try_acquire().unwrap_err(),
+        PoolError::Create {
+            error,
+            pool_size: 4
+        }
+    );
+    // From then on it is a pool of 4 with back-pressure.
+    assert!(pool.try_acquire().unwrap().is_none());
+    drop(held);
+    assert!(pool.try_acquire().unwrap().is_some());
+    assert_eq!(pool.provider().creates(), 4);
+}
+
+#[test]
+fn shutdown_refuses_while_in_use_then_destroys_everything() {
+    let pool = pool(8, 4);
+    let h = pool.acquire().unwrap();
+    let share = h.share();
+    let other = pool.acquire().unwrap();
+    drop(other);
+    assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
+    assert_eq!(pool.provider().destroys(), 0);
+    // The pool still works after a refused shutdown.
+    let again = pool.acquire().unwrap();
+    drop(again);
+    drop(h);
+    assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
+    drop(share);
+    assert_eq!(pool.shutdown(), Ok(4));
+    assert_eq!(pool.provider().destroys(), 4);
+    assert_eq!(pool.acquire().unwrap_err(), PoolError::Closed);
+    assert_eq!(pool.try_acquire().unwrap_err(), PoolError::Closed);
+    assert_eq!(pool.shutdown(), Err(PoolError::Closed));
+    drop(pool); // no second destroy (the fake panics on one)
+}
+
+#[test]
+fn shutdown_wakes_parked_acquirers_with_closed() {
+    let pool = pool(1, 1);
+    let held = pool.acquire().unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| pool.acquire().map(|h| h.raw()));
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
+        drop(held);
+        // The waiter gets the released signal, not Closed.
+        assert!(waiter.join().unwrap().is_ok());
+    });
+    assert_eq!(pool.shutdown(), Ok(1));
+    thread::scope(|s| {
+        let waiter = s.spawn(|| pool.acquire().map(|h| h.raw()));
+        assert_eq!(waiter.join().unwrap(), Err(PoolError::Closed));
+    });
+}
+
+#[test]
+fn drop_destroys_each_created_signal_once() {
+    let pool = pool(100, 30);
+    let held: Vec<_> = (0..31).map(|_| pool.acquire().unwrap()).collect();
+    drop(held);
+    let provider_destroys = {
+        let p = &pool;
+        p.provider().destroys()
+    };
+    assert_eq!(provider_destroys, 0);
+    // FakeProvider's own Drop asserts destroys == creates (60).
+    drop(pool);
+}
+
+#[test]
+fn error_messages_say_what_happened() {
+    let e = PoolError::Create {
+        error: ProviderError { status: 0x1008 },
+        pool_size: 5,
+    };
+    assert_eq!(
+        e.to_string(),
+        "signal creation failed with status 0x1008; the signal pool keeps its 5 signals and stops growing"
+    );
+    assert_eq!(
+        PoolError::InUse { outstanding: 2 }.to_string(),
+        "2 pool signals are still in use"
+    );
+}
+
+/// A provider whose every call is a no-op, to check the trait is object-friendly enough for
+/// the tool to wrap ROCr.
+struct Noop;
+impl SignalProvider for Noop {
+    fn create(&self, _: i64) -> Result<rprof_pool::RawSignal, ProviderError> {
+        Ok(rprof_pool::RawSignal(7))
+    }
+    fn reset(&self, _: rprof_pool::RawSignal, _: i64) {}
+    fn destroy(&self, _: rprof_pool::RawSignal) {}
+}
+
+#[test]
+fn debug_output_names_slot_and_signal() {
+    let pool = SignalPool::new(Noop, PoolConfig::default()).unwrap();
+    let h = pool.acquire().unwrap();
+    assert_eq!(
+        format!("{h:?}"),
+        "SignalHandle { slot: 0, raw: RawSignal(7) }"
+    );
+    assert_eq!(
+        format!("{:?}", h.share()),
+        "SignalShare { slot: 0, raw: RawSignal(7) }"
+    );
+    assert_eq!(pool.stats().created, 64);
+}
