@@ -1,15 +1,20 @@
 //! `rprof merge`: one Perfetto trace from the traces of several processes.
 //!
-//! A `.pftrace` file is a plain sequence of `TracePacket`s, and rprof makes
-//! every id that crosses process boundaries globally unique (correlation and
-//! flow ids carry the pid, track uuids are derived from the pid), so merging
-//! is concatenation, with one fix: every file's writer uses the same
-//! `trusted_packet_sequence_id`, and interned names are scoped to a sequence.
-//! Each input's sequences are renumbered so that no two inputs share one.
+//! A `.pftrace` file is a plain sequence of `TracePacket`s, and rprof's
+//! correlation (flow) ids carry the pid, so merging is concatenation with two
+//! fixes:
+//! - every file's writer uses the same `trusted_packet_sequence_id`, and
+//!   interned names are scoped to a sequence: each input's sequences are
+//!   renumbered so that no two inputs share one;
+//! - track uuids are small per-file numbers (they are repeated on every
+//!   event, so they are kept short): input `k` (0-based) has its uuids XORed
+//!   with `k << 48`, which keeps them distinct within the file and, for uuids
+//!   below 2^48 as rprof writes them, distinct from every other input's.
 //!
-//! The rewrite works on the wire format (field 10 of each packet, a varint)
-//! and copies every other byte unchanged, so packets from other producers and
-//! fields outside rprof's schema subset survive.
+//! The rewrite works on the wire format (the sequence id, and the uuid fields
+//! of track descriptors, track events and packet defaults) and copies every
+//! other byte unchanged, so packets from other producers and fields outside
+//! rprof's schema subset survive.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -81,39 +86,103 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Rewrites the sequence id of one encoded packet through `renumber`.
-fn rewrite_packet(
-    packet: &[u8],
+/// The messages whose fields the merge rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Message {
+    /// `TracePacket`: 10 = sequence id; 11 = track_event, 59 = defaults,
+    /// 60 = track_descriptor.
+    Packet,
+    /// `TrackEvent`: 11 = track_uuid.
+    TrackEvent,
+    /// `TrackDescriptor`: 1 = uuid, 5 = parent_uuid.
+    TrackDescriptor,
+    /// `TracePacketDefaults`: 11 = track_event_defaults.
+    PacketDefaults,
+    /// `TrackEventDefaults`: 11 = track_uuid.
+    TrackEventDefaults,
+}
+
+/// What to do with one field of a message.
+enum Action {
+    Copy,
+    Sequence,
+    Uuid,
+    Descend(Message),
+}
+
+fn action(msg: Message, field: u64, wire: u64) -> Action {
+    use Message::*;
+    match (msg, field, wire) {
+        (Packet, SEQUENCE_ID_FIELD, 0) => Action::Sequence,
+        (Packet, 11, 2) => Action::Descend(TrackEvent),
+        (Packet, 59, 2) => Action::Descend(PacketDefaults),
+        (Packet, 60, 2) => Action::Descend(TrackDescriptor),
+        (PacketDefaults, 11, 2) => Action::Descend(TrackEventDefaults),
+        (TrackEvent, 11, 0) | (TrackEventDefaults, 11, 0) => Action::Uuid,
+        (TrackDescriptor, 1, 0) | (TrackDescriptor, 5, 0) => Action::Uuid,
+        _ => Action::Copy,
+    }
+}
+
+/// How the ids of one input are rewritten.
+struct Renumber<'a> {
+    sequence: &'a mut dyn FnMut(u64) -> u64,
+    uuid_salt: u64,
+}
+
+/// Rewrites one encoded message of kind `msg` into `out`.
+fn rewrite_message(
+    msg: Message,
+    buf: &[u8],
     out: &mut Vec<u8>,
-    renumber: &mut impl FnMut(u64) -> u64,
+    r: &mut Renumber<'_>,
 ) -> io::Result<()> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let mut pos = 0;
-    while pos < packet.len() {
+    while pos < buf.len() {
         let start = pos;
-        let key = varint_from(packet, &mut pos)?;
+        let key = varint_from(buf, &mut pos)?;
         let (field, wire) = (key >> 3, key & 7);
+        let act = action(msg, field, wire);
         match wire {
             0 => {
-                let v = varint_from(packet, &mut pos)?;
-                if field == SEQUENCE_ID_FIELD {
+                let v = varint_from(buf, &mut pos)?;
+                let new = match act {
+                    Action::Sequence => Some((r.sequence)(v)),
+                    // uuid 0 is the implicit default track: keep it.
+                    Action::Uuid if v != 0 => Some(v ^ r.uuid_salt),
+                    _ => None,
+                };
+                if let Some(new) = new {
                     put_varint(out, key);
-                    put_varint(out, renumber(v));
+                    put_varint(out, new);
                     continue;
                 }
             }
             1 => pos += 8,
             2 => {
-                let len = varint_from(packet, &mut pos)? as usize;
+                let len = varint_from(buf, &mut pos)? as usize;
+                let body = pos;
                 pos = pos.checked_add(len).ok_or_else(|| bad("length overflow"))?;
+                if pos > buf.len() {
+                    return Err(bad("field runs past the end of its message"));
+                }
+                if let Action::Descend(inner) = act {
+                    let mut sub = Vec::with_capacity(len + 8);
+                    rewrite_message(inner, &buf[body..pos], &mut sub, r)?;
+                    put_varint(out, key);
+                    put_varint(out, sub.len() as u64);
+                    out.extend_from_slice(&sub);
+                    continue;
+                }
             }
             5 => pos += 4,
-            _ => return Err(bad("unsupported wire type in packet")),
+            _ => return Err(bad("unsupported wire type")),
         }
-        if pos > packet.len() {
-            return Err(bad("field runs past the end of its packet"));
+        if pos > buf.len() {
+            return Err(bad("field runs past the end of its message"));
         }
-        out.extend_from_slice(&packet[start..pos]);
+        out.extend_from_slice(&buf[start..pos]);
     }
     Ok(())
 }
@@ -126,7 +195,8 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
     let mut packet = Vec::new();
     let mut rewritten = Vec::new();
     let mut frame = Vec::new();
-    for input in inputs {
+    for (index, input) in inputs.iter().enumerate() {
+        let uuid_salt = (index as u64) << 48;
         let name = input.display().to_string();
         let with_name = |e: io::Error| io::Error::new(e.kind(), format!("{name}: {e}"));
         let mut r = BufReader::new(File::open(input).map_err(with_name)?);
@@ -147,14 +217,19 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
             packet.resize(len as usize, 0);
             r.read_exact(&mut packet).map_err(with_name)?;
             rewritten.clear();
-            rewrite_packet(&packet, &mut rewritten, &mut |old| {
+            let mut sequence = |old: u64| {
                 *seen.entry(old).or_insert_with(|| {
                     let id = next_sequence;
                     next_sequence += 1;
                     id
                 })
-            })
-            .map_err(with_name)?;
+            };
+            let mut renumber = Renumber {
+                sequence: &mut sequence,
+                uuid_salt,
+            };
+            rewrite_message(Message::Packet, &packet, &mut rewritten, &mut renumber)
+                .map_err(with_name)?;
             frame.clear();
             put_varint(&mut frame, PACKET_FIELD << 3 | 2);
             put_varint(&mut frame, rewritten.len() as u64);
@@ -172,15 +247,26 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
 mod tests {
     use super::*;
 
-    fn packet(fields: &[(u64, u64)], payload: &[u8]) -> Vec<u8> {
+    fn message(fields: &[(u64, u64)]) -> Vec<u8> {
         let mut p = Vec::new();
         for &(f, v) in fields {
             put_varint(&mut p, f << 3);
             put_varint(&mut p, v);
         }
+        p
+    }
+
+    /// A packet with varint `fields` and a TrackEvent (field 11) whose
+    /// fields are `event`, followed by an opaque string field 99.
+    fn packet(fields: &[(u64, u64)], event: &[(u64, u64)]) -> Vec<u8> {
+        let mut p = message(fields);
+        let e = message(event);
         put_varint(&mut p, 11 << 3 | 2);
-        put_varint(&mut p, payload.len() as u64);
-        p.extend_from_slice(payload);
+        put_varint(&mut p, e.len() as u64);
+        p.extend_from_slice(&e);
+        put_varint(&mut p, 99 << 3 | 2);
+        put_varint(&mut p, 3);
+        p.extend_from_slice(b"xyz");
         p
     }
 
@@ -194,41 +280,52 @@ mod tests {
         f
     }
 
+    fn descriptor(seq: u64, uuid: u64, parent: u64) -> Vec<u8> {
+        let mut p = message(&[(10, seq)]);
+        let d = message(&[(1, uuid), (5, parent)]);
+        put_varint(&mut p, 60 << 3 | 2);
+        put_varint(&mut p, d.len() as u64);
+        p.extend_from_slice(&d);
+        p
+    }
+
     #[test]
-    fn renumbers_sequences_per_input_and_keeps_other_bytes() {
+    fn renumbers_sequences_and_uuids_per_input_and_keeps_other_bytes() {
         let dir = std::env::temp_dir().join(format!("rprof-merge-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let a = dir.join("a.pftrace");
         let b = dir.join("b.pftrace");
         let o = dir.join("o.pftrace");
-        std::fs::write(
-            &a,
-            file(&[
-                packet(&[(8, 100), (10, 1)], b"xyz"),
-                packet(&[(8, 200), (10, 1)], b""),
-            ]),
-        )
-        .unwrap();
+        let a_packets = [
+            descriptor(1, 5, 4),
+            packet(&[(8, 100), (10, 1)], &[(9, 1), (11, 5)]),
+        ];
+        std::fs::write(&a, file(&a_packets)).unwrap();
         std::fs::write(
             &b,
-            file(&[packet(&[(10, 1), (8, 300)], b"q"), packet(&[(10, 7)], b"")]),
+            file(&[
+                descriptor(1, 5, 4),
+                packet(&[(10, 1), (8, 300)], &[(11, 5)]),
+                packet(&[(10, 7)], &[(11, 0)]),
+            ]),
         )
         .unwrap();
         let s = merge(&[&a, &b], &o).unwrap();
         assert_eq!(
             s,
             MergeSummary {
-                packets: 4,
+                packets: 5,
                 sequences: 3
             }
         );
-        let expect = file(&[
-            packet(&[(8, 100), (10, 1)], b"xyz"),
-            packet(&[(8, 200), (10, 1)], b""),
-            packet(&[(10, 2), (8, 300)], b"q"),
-            packet(&[(10, 3)], b""),
+        let salt = 1u64 << 48;
+        let mut expect = a_packets.to_vec();
+        expect.extend([
+            descriptor(2, 5 ^ salt, 4 ^ salt),
+            packet(&[(10, 2), (8, 300)], &[(11, 5 ^ salt)]),
+            packet(&[(10, 3)], &[(11, 0)]),
         ]);
-        assert_eq!(std::fs::read(&o).unwrap(), expect);
+        assert_eq!(std::fs::read(&o).unwrap(), file(&expect));
         std::fs::write(&b, b"garbage").unwrap();
         let err = merge(&[&a, &b], &o).unwrap_err();
         assert!(err.to_string().contains("b.pftrace"), "{err}");
