@@ -13,4 +13,5 @@ pub mod engine;
 pub mod kernels;
 pub mod output;
 pub mod record;
+pub mod rpc;
 pub mod sink;
