@@ -54,6 +54,7 @@ impl<S: DispatchSignal> Engine<S> {
                 let left = tracked.len() as u64;
                 for entry in tracked.drain(..) {
                     entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
                     self.in_flight.fetch_sub(1, Ordering::AcqRel);
                     // The signal may still be written by the device; leak it
                     // rather than recycle a signal that is in use.
@@ -83,10 +84,12 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
+        let slots = entry.slots();
         let InFlight {
             mut record,
             queue,
             signal,
+            ..
         } = entry;
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
         // Back to the pool before anything that may wait.
@@ -102,6 +105,7 @@ impl<S: DispatchSignal> Engine<S> {
         record.start_ns = start;
         record.end_ns = end;
         queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        queue.slots.fetch_sub(slots, Ordering::AcqRel);
         let mut rec = Record::Dispatch(record);
         let mut waited = 0u32;
         loop {

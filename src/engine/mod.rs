@@ -92,6 +92,11 @@ pub struct QueueContext {
     /// The agent's `hsa_agent_t` handle (for dispatch-time queries).
     pub agent_handle: u64,
     in_flight: AtomicU64,
+    /// Most ring slots rprof lets its traced packets occupy (0 = no limit).
+    slot_limit: u64,
+    /// Ring slots held by traced kernels and their forwarding barriers that
+    /// have not been seen complete.
+    slots: AtomicU64,
 }
 
 impl QueueContext {
@@ -102,7 +107,30 @@ impl QueueContext {
             agent_index,
             agent_handle,
             in_flight: AtomicU64::new(0),
+            slot_limit: 0,
+            slots: AtomicU64::new(0),
         }
+    }
+
+    /// A context for a queue whose hardware ring has `ring_size` packets.
+    ///
+    /// ROCr 5.2.3's intercept queue copies rewritten packets into a hidden
+    /// ring of the same size; if that ring is full it defers the packets,
+    /// and a second deferral within one doorbell aborts the process (an
+    /// assertion in `InterceptQueue::Submit`). The interceptor therefore
+    /// keeps the slots of its unfinished packets below three quarters of
+    /// the ring, waiting for the device when it would go above.
+    pub fn with_ring(queue_id: u64, agent_index: u32, agent_handle: u64, ring_size: u32) -> Self {
+        let ring = u64::from(ring_size);
+        QueueContext {
+            slot_limit: (ring - ring / 4).max(2),
+            ..Self::new(queue_id, agent_index, agent_handle)
+        }
+    }
+
+    /// Ring slots held by this queue's unfinished traced packets.
+    pub fn slots_in_use(&self) -> u64 {
+        self.slots.load(Ordering::Acquire)
     }
 
     /// Dispatches of this queue submitted and not yet seen complete.
@@ -120,6 +148,15 @@ pub struct InFlight<S> {
     pub queue: Arc<QueueContext>,
     /// The timestamp signal that completes with it.
     pub signal: S,
+    /// Whether a forwarding barrier follows the kernel (it holds a slot).
+    pub forwarded: bool,
+}
+
+impl<S> InFlight<S> {
+    /// Ring slots this dispatch holds until it completes.
+    pub fn slots(&self) -> u64 {
+        1 + u64::from(self.forwarded)
+    }
 }
 
 /// Inline capacity of a batch's packet list (a kernel and its forwarding
@@ -307,6 +344,7 @@ impl<S: DispatchSignal> Engine<S> {
                 },
                 queue: queue.clone(),
                 signal,
+                forwarded: app_signal != 0,
             });
         }
         (batch, ids)
@@ -331,7 +369,10 @@ impl<S: DispatchSignal> Engine<S> {
         let thread_id = current_thread_id();
         let (batch, ids) = self.build_batch(queue, packets, source, begin_ns, thread_id);
         let traced = batch.dispatches.len() as u64;
+        let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
+        self.wait_for_ring_space(queue, slots);
         // Count before the device can possibly finish them.
+        queue.slots.fetch_add(slots, Ordering::AcqRel);
         queue.in_flight.fetch_add(traced, Ordering::AcqRel);
         let before = self.in_flight.fetch_add(traced, Ordering::AcqRel);
         write(&batch.packets);
@@ -370,6 +411,7 @@ impl<S: DispatchSignal> Engine<S> {
                         // Cannot track it: its signal is gone with it, and
                         // nobody will ever complete its record.
                         queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        queue.slots.fetch_sub(back.slots(), Ordering::AcqRel);
                         self.in_flight.fetch_sub(1, Ordering::AcqRel);
                         self.count_lost(1);
                         drop(back);
@@ -384,6 +426,32 @@ impl<S: DispatchSignal> Engine<S> {
                 || source.available() < source.capacity() / 4)
         {
             self.completion_wake.notify();
+        }
+    }
+
+    /// Waits (bounded by [`EngineOptions::pool_wait`]) until the queue's ring
+    /// has room for `slots` more traced slots; see [`QueueContext::with_ring`].
+    fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) {
+        if queue.slot_limit == 0 {
+            return;
+        }
+        let need = slots.min(queue.slot_limit);
+        if queue.slots_in_use() + need <= queue.slot_limit {
+            return;
+        }
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        while queue.slots_in_use() + need > queue.slot_limit
+            && start.elapsed() < self.options.pool_wait
+            && self.is_tracing()
+        {
+            self.completion_wake.notify();
+            if rounds < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            rounds += 1;
         }
     }
 

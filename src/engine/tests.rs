@@ -518,3 +518,24 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
     assert_eq!(engine.in_flight(), 0);
     drop(held);
 }
+
+#[test]
+fn traced_packets_never_fill_more_than_three_quarters_of_the_ring() {
+    let h = Harness::new(64, Names::default());
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16));
+    let mut max_backlog = 0;
+    for i in 0..200u64 {
+        let app = if i % 2 == 0 { 2000 } else { 0 };
+        let pkt = kernel_packet(1, app);
+        h.engine.intercept(&q, &[pkt], &*h.pool, |out| {
+            let mut ring = h.device.ring.lock().unwrap();
+            ring.extend(out.iter().copied());
+            max_backlog = max_backlog.max(ring.len());
+        });
+        assert!(q.slots_in_use() <= 12, "{} slots in use", q.slots_in_use());
+    }
+    let (outcome, _, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 200);
+    assert!(max_backlog <= 12, "device backlog reached {max_backlog}");
+    assert_eq!(q.slots_in_use(), 0);
+}

@@ -320,6 +320,23 @@ fn enumerate_agents(rt: &Runtime) -> Vec<AgentInfo> {
 }
 
 impl Session {
+    /// Whether some traced queue holds packets the interceptor has not seen.
+    fn undelivered_packets(&self) -> bool {
+        let (Some(read), Some(write)) = (
+            self.rt.core.hsa_queue_load_read_index_relaxed_fn,
+            self.rt.core.hsa_queue_load_write_index_relaxed_fn,
+        ) else {
+            return false;
+        };
+        let queues = lock(&self.queues);
+        queues.keys().any(|&q| {
+            let q = q as *const hsa_queue_t;
+            // SAFETY: queues in the map are alive: the destroy hook removes
+            // them (under this lock) before the runtime destroys them.
+            unsafe { read(q) < write(q) }
+        })
+    }
+
     fn agent_index(&self, agent: hsa_agent_t) -> Option<u32> {
         self.agents
             .iter()
@@ -335,7 +352,16 @@ impl Session {
             return;
         }
         let t0 = Instant::now();
-        let left = self.engine.begin_shutdown(FLUSH_TIMEOUT);
+        // Packets the app wrote that the runtime has not handed to the
+        // interceptor yet (it defers them when the hardware ring is full)
+        // are still to be traced: wait until every traced queue's proxy ring
+        // is consumed, then for the device.
+        while self.undelivered_packets() && t0.elapsed() < FLUSH_TIMEOUT {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let left = self
+            .engine
+            .begin_shutdown(FLUSH_TIMEOUT.saturating_sub(t0.elapsed()));
         let threads = lock(&self.threads).take();
         let mut outcome = None;
         if let Some((completion, writer)) = threads {
@@ -343,6 +369,10 @@ impl Session {
             self.engine.stop_writer();
             outcome = writer.join().ok();
         }
+        // Destroy the timestamp signals while the runtime is still up (no
+        // handle is out once the completion thread has returned, except for
+        // dispatches given up on, which keep the pool open).
+        let _ = self.source.pool().shutdown();
         if left > 0 {
             eprintln!("rprof: {left} dispatches were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
         }
@@ -474,13 +504,18 @@ unsafe extern "C" fn hook_queue_create(
             // SAFETY: the runtime just stored a valid queue pointer.
             let q = unsafe { *queue };
             // SAFETY: `q` is a live queue created above.
-            let queue_id = unsafe { (*q).id };
+            let (queue_id, ring_size) = unsafe { ((*q).id, (*q).size) };
             if let Some(enable) = s.rt.amd.hsa_amd_profiling_set_profiler_enabled_fn {
                 // SAFETY: live queue.
                 unsafe { enable(q, 1) };
             }
             let state = Arc::new(QueueState {
-                ctx: Arc::new(QueueContext::new(queue_id, agent_index, agent.handle)),
+                ctx: Arc::new(QueueContext::with_ring(
+                    queue_id,
+                    agent_index,
+                    agent.handle,
+                    ring_size,
+                )),
             });
             let raw = Arc::into_raw(state);
             let register = s.rt.amd.hsa_amd_queue_intercept_register_fn?;

@@ -1,0 +1,278 @@
+//! Kernel dispatch tracing end to end: raw-HSA programs on the real ROCr over
+//! the emulated GPU, with `librprof_tool.so` loaded, checked against what the
+//! programs say they launched.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::process::Command;
+
+use support::{artifacts, check_pftrace, read_csv, run_traced, Load, Row, Run};
+
+/// Grid size the program uses for each kernel.
+fn grid_of(name: &str) -> u64 {
+    match name {
+        "alpha" => 64,
+        "beta_kernel" => 128,
+        "gamma_with_a_longer_name" => 192,
+        other => panic!("unexpected kernel {other:?}"),
+    }
+}
+
+/// Everything that must hold for a complete trace of `run`: exact counts per
+/// kernel, unique ids, dispatch ids 1..=n, start <= end, geometry, and the
+/// JSON metadata. Returns the rows.
+fn assert_complete_trace(run: &Run) -> Vec<Row> {
+    assert_eq!(
+        run.code,
+        Some(0),
+        "program failed:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let (launched, total) = run.launched();
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    assert_eq!(rows.len() as u64, total, "stderr:\n{}", run.stderr);
+    let mut per_kernel: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &rows {
+        *per_kernel.entry(r.name.clone()).or_default() += 1;
+    }
+    let launched: BTreeMap<String, u64> = launched.into_iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(per_kernel, launched);
+    let correlation: HashSet<u64> = rows.iter().map(|r| r.correlation_id).collect();
+    assert_eq!(
+        correlation.len(),
+        rows.len(),
+        "correlation ids must be unique"
+    );
+    let dispatch: BTreeSet<u64> = rows.iter().map(|r| r.dispatch_id).collect();
+    assert_eq!(
+        dispatch,
+        (1..=total).collect::<BTreeSet<u64>>(),
+        "dispatch ids are 1..=n"
+    );
+    let pid = {
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run.output("_results.json")).unwrap()).unwrap();
+        let meta = &json["metadata"];
+        assert_eq!(meta["dispatches"].as_u64(), Some(total));
+        assert_eq!(meta["records_lost"].as_u64(), Some(0));
+        assert_eq!(
+            json["kernel_dispatches"].as_array().map(Vec::len),
+            Some(total as usize)
+        );
+        assert_eq!(json["agents"][0]["name"].as_str(), Some("gfx90a"));
+        json["run"]["pid"].as_u64().unwrap()
+    };
+    let mut ids_per_name: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for r in &rows {
+        assert!(r.start <= r.end, "start after end: {r:?}");
+        assert!(r.start > 0);
+        assert_eq!(
+            r.correlation_id >> 32,
+            pid,
+            "correlation id carries the pid: {r:?}"
+        );
+        assert_eq!(r.correlation_id & 0xffff_ffff, r.dispatch_id);
+        assert_eq!(r.grid_x, grid_of(&r.name));
+        assert_eq!(r.wg_x, 64);
+        assert_eq!(r.agent, 0);
+        ids_per_name.entry(&r.name).or_default().insert(r.kernel_id);
+    }
+    let all_ids: BTreeSet<u64> = ids_per_name.values().flatten().copied().collect();
+    for ids in ids_per_name.values() {
+        assert_eq!(
+            ids.len(),
+            1,
+            "one kernel id per kernel name: {ids_per_name:?}"
+        );
+    }
+    assert_eq!(
+        all_ids.len(),
+        ids_per_name.len(),
+        "distinct kernels have distinct ids"
+    );
+    rows
+}
+
+#[test]
+fn threads_with_their_own_queues() {
+    let run = run_traced("threads", &["threads", "4", "150"], Load::ToolsLib, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 600);
+    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue).collect();
+    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread).collect();
+    assert_eq!(queues.len(), 4, "one queue per thread");
+    assert_eq!(threads.len(), 4, "four enqueuing threads");
+    // Each thread used exactly one queue.
+    let pairs: BTreeSet<(u64, u64)> = rows.iter().map(|r| (r.thread, r.queue)).collect();
+    assert_eq!(pairs.len(), 4);
+    // Kernels of one queue: dispatch ids in enqueue order, times in order
+    // (the queue runs in order on the emulated GPU).
+    for q in &queues {
+        let mut on_q: Vec<&Row> = rows.iter().filter(|r| r.queue == *q).collect();
+        on_q.sort_by_key(|r| r.dispatch_id);
+        for w in on_q.windows(2) {
+            assert!(
+                w[0].start <= w[1].start,
+                "queue {q} out of order: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    let checked = check_pftrace(&run.output(".pftrace"));
+    assert!(checked.contains("0 errors"), "{checked}");
+}
+
+#[test]
+fn threads_sharing_one_queue() {
+    let run = run_traced("shared", &["shared", "3", "120"], Load::ToolsLib, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 360);
+    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue).collect();
+    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread).collect();
+    assert_eq!(queues.len(), 1);
+    assert_eq!(threads.len(), 3);
+    check_pftrace(&run.output(".pftrace"));
+}
+
+#[test]
+fn a_tiny_signal_pool_applies_back_pressure_without_losing_dispatches() {
+    let run = run_traced(
+        "tiny-pool",
+        &["threads", "3", "100"],
+        Load::ToolsLib,
+        &[("RPROF_SIGNAL_POOL_SIZE", "2")],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 300);
+}
+
+#[test]
+fn exit_without_shutdown_records_every_dispatch() {
+    let run = run_traced("exit", &["exit", "400"], Load::ToolsLib, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 400);
+    check_pftrace(&run.output(".pftrace"));
+}
+
+#[test]
+fn exit_with_far_more_dispatches_than_the_ring_holds() {
+    // 3000 dispatches into a 256-packet queue without waiting: the runtime's
+    // hidden ring must never overflow twice (ROCr 5.2.3 aborts), and every
+    // dispatch is still recorded at exit.
+    let run = run_traced("exit-many", &["exit", "3000"], Load::ToolsLib, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 3000);
+}
+
+#[test]
+fn ld_preload_alone_loads_the_tool() {
+    let run = run_traced("preload", &["threads", "2", "30"], Load::Preload, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 60);
+}
+
+#[test]
+fn include_and_exclude_filters_apply_to_the_trace() {
+    let run = run_traced(
+        "filters",
+        &["threads", "2", "60"],
+        Load::ToolsLib,
+        &[
+            ("RPROF_KERNEL_INCLUDE_REGEX", "a"),
+            ("RPROF_KERNEL_EXCLUDE_REGEX", "^gamma"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (launched, _) = run.launched();
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    let names: BTreeSet<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["alpha", "beta_kernel"]));
+    assert_eq!(
+        rows.len() as u64,
+        launched["alpha"] + launched["beta_kernel"]
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.output("_results.json")).unwrap()).unwrap();
+    assert_eq!(
+        json["metadata"]["filtered_out"].as_u64(),
+        Some(launched["gamma_with_a_longer_name"])
+    );
+}
+
+#[test]
+fn bad_configuration_runs_the_app_untraced() {
+    let run = run_traced(
+        "bad-config",
+        &["threads", "2", "30"],
+        Load::ToolsLib,
+        &[("RPROF_KERNEL_INCLUDE_REGEX", "(unclosed")],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.launched().1, 60);
+    assert!(
+        run.stderr.contains("RPROF_KERNEL_INCLUDE_REGEX"),
+        "stderr: {}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stderr.matches("rprof:").count(),
+        1,
+        "one clear message: {}",
+        run.stderr
+    );
+    assert!(!run.output("_kernel_trace.csv").exists());
+}
+
+#[test]
+fn tracing_off_leaves_the_app_alone() {
+    let run = run_traced(
+        "off",
+        &["threads", "2", "30"],
+        Load::ToolsLib,
+        &[("RPROF_KERNEL_TRACE", "0")],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.launched().1, 60);
+    assert!(!run.output("_kernel_trace.csv").exists());
+    assert!(!run.stderr.contains("rprof"), "{}", run.stderr);
+}
+
+#[test]
+fn the_tool_library_never_links_the_hsa_runtime() {
+    let a = artifacts();
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(&a.tool)
+        .output()
+        .expect("readelf");
+    assert!(out.status.success());
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
+    assert!(
+        !needed.is_empty(),
+        "readelf found no NEEDED entries:\n{dynamic}"
+    );
+    for l in &needed {
+        assert!(
+            !l.contains("libhsa-runtime64") && !l.contains("libhsakmt"),
+            "unexpected dependency: {l}"
+        );
+    }
+    let syms = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&a.tool)
+        .output()
+        .expect("nm");
+    let syms = String::from_utf8_lossy(&syms.stdout);
+    assert!(
+        syms.lines().any(|l| l.ends_with(" T OnLoad")),
+        "OnLoad not exported"
+    );
+    assert!(
+        syms.lines().any(|l| l.ends_with(" T OnUnload")),
+        "OnUnload not exported"
+    );
+}

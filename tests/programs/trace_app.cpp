@@ -1,0 +1,221 @@
+// Raw-HSA program traced by tests/kernel_trace.rs. It knows exactly what it launched and prints it:
+//   LAUNCHED kernel=<name> count=<n>
+//   TOTAL <n>
+// Usage: trace_app <code-object> <mode> [args]
+//   threads T N     T threads, each with its own queue, N dispatches each
+//   shared T N      T threads writing into one shared queue, N dispatches each
+//   exit N          N dispatches, then exit(0) with work in flight and no hsa_shut_down
+// Kernels rotate alpha / beta_kernel / gamma_with_a_longer_name. Every 3rd dispatch carries an app completion
+// signal that the thread waits on (blocked wait) right away; the rest carry none. Each thread ends with a
+// barrier-AND packet whose signal it waits on, so it knows its queue drained.
+#include <hsa/hsa.h>
+#include <hsa/hsa_ext_amd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    hsa_status_t s_ = (x);                                                        \
+    if (s_ != HSA_STATUS_SUCCESS) {                                               \
+      const char* m_ = "?";                                                       \
+      hsa_status_string(s_, &m_);                                                 \
+      fprintf(stderr, "%s:%d: %s -> 0x%x %s\n", __FILE__, __LINE__, #x, s_, m_);  \
+      exit(2);                                                                    \
+    }                                                                             \
+  } while (0)
+
+static hsa_agent_t g_gpu = {0}, g_cpu = {0};
+static hsa_amd_memory_pool_t g_kernarg_pool;
+static bool g_have_kernarg = false;
+
+static hsa_status_t on_agent(hsa_agent_t a, void*) {
+  hsa_device_type_t t;
+  CHECK(hsa_agent_get_info(a, HSA_AGENT_INFO_DEVICE, &t));
+  if (t == HSA_DEVICE_TYPE_GPU && g_gpu.handle == 0) g_gpu = a;
+  if (t == HSA_DEVICE_TYPE_CPU && g_cpu.handle == 0) g_cpu = a;
+  return HSA_STATUS_SUCCESS;
+}
+
+static hsa_status_t on_pool(hsa_amd_memory_pool_t p, void*) {
+  hsa_amd_segment_t seg;
+  CHECK(hsa_amd_memory_pool_get_info(p, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &seg));
+  if (seg != HSA_AMD_SEGMENT_GLOBAL) return HSA_STATUS_SUCCESS;
+  uint32_t flags;
+  CHECK(hsa_amd_memory_pool_get_info(p, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags));
+  if ((flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT) && !g_have_kernarg) {
+    g_kernarg_pool = p;
+    g_have_kernarg = true;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+struct Kernel {
+  const char* name;
+  uint64_t object;
+};
+static Kernel g_kernels[3] = {{"alpha", 0}, {"beta_kernel", 0}, {"gamma_with_a_longer_name", 0}};
+static void* g_kernarg = nullptr;
+
+static void load(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    perror(path);
+    exit(3);
+  }
+  std::vector<char> bytes;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+  fclose(f);
+  hsa_code_object_reader_t reader;
+  CHECK(hsa_code_object_reader_create_from_memory(bytes.data(), bytes.size(), &reader));
+  hsa_executable_t exec;
+  CHECK(hsa_executable_create_alt(HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, nullptr, &exec));
+  CHECK(hsa_executable_load_agent_code_object(exec, g_gpu, reader, nullptr, nullptr));
+  CHECK(hsa_executable_freeze(exec, nullptr));
+  for (auto& k : g_kernels) {
+    std::string sym = std::string(k.name) + ".kd";
+    hsa_executable_symbol_t s;
+    CHECK(hsa_executable_get_symbol_by_name(exec, sym.c_str(), &g_gpu, &s));
+    CHECK(hsa_executable_symbol_get_info(s, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, &k.object));
+  }
+}
+
+static uint16_t header(hsa_packet_type_t type, bool barrier) {
+  return (uint16_t)((type << HSA_PACKET_HEADER_TYPE) | ((barrier ? 1 : 0) << HSA_PACKET_HEADER_BARRIER) |
+                    (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE) |
+                    (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE));
+}
+
+static uint64_t reserve(hsa_queue_t* q) {
+  uint64_t idx = hsa_queue_add_write_index_scacq_screl(q, 1);
+  while (idx - hsa_queue_load_read_index_scacquire(q) >= q->size) std::this_thread::yield();
+  return idx;
+}
+
+static void publish(hsa_queue_t* q, uint64_t idx, void* pkt, uint16_t hdr, uint16_t setup) {
+  __atomic_store_n((uint32_t*)pkt, (uint32_t)hdr | ((uint32_t)setup << 16), __ATOMIC_RELEASE);
+  hsa_signal_store_screlease(q->doorbell_signal, idx);
+}
+
+static void dispatch(hsa_queue_t* q, const Kernel& k, uint32_t grid, uint16_t wg, hsa_signal_t sig) {
+  uint64_t idx = reserve(q);
+  auto* p = (hsa_kernel_dispatch_packet_t*)q->base_address + (idx & (q->size - 1));
+  memset((char*)p + 4, 0, sizeof(*p) - 4);
+  p->workgroup_size_x = wg;
+  p->workgroup_size_y = 1;
+  p->workgroup_size_z = 1;
+  p->grid_size_x = grid;
+  p->grid_size_y = 1;
+  p->grid_size_z = 1;
+  p->kernel_object = k.object;
+  p->kernarg_address = g_kernarg;
+  p->completion_signal = sig;
+  publish(q, idx, p, header(HSA_PACKET_TYPE_KERNEL_DISPATCH, false), 1 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS);
+}
+
+static void barrier(hsa_queue_t* q, hsa_signal_t done) {
+  uint64_t idx = reserve(q);
+  auto* p = (hsa_barrier_and_packet_t*)q->base_address + (idx & (q->size - 1));
+  memset((char*)p + 4, 0, sizeof(*p) - 4);
+  p->completion_signal = done;
+  publish(q, idx, p, header(HSA_PACKET_TYPE_BARRIER_AND, true), 0);
+}
+
+static void wait_zero(hsa_signal_t s) {
+  while (hsa_signal_wait_scacquire(s, HSA_SIGNAL_CONDITION_EQ, 0, UINT64_MAX, HSA_WAIT_STATE_BLOCKED) != 0) {
+  }
+}
+
+static hsa_queue_t* make_queue() {
+  hsa_queue_t* q;
+  CHECK(hsa_queue_create(g_gpu, 256, HSA_QUEUE_TYPE_MULTI, nullptr, nullptr, UINT32_MAX, UINT32_MAX, &q));
+  return q;
+}
+
+static std::atomic<long> g_count[3];
+
+// One thread's work: n dispatches on q; every 3rd carries a signal the thread waits on.
+static void work(hsa_queue_t* q, int n, int salt) {
+  hsa_signal_t own;
+  CHECK(hsa_signal_create(1, 0, nullptr, &own));
+  for (int i = 0; i < n; i++) {
+    int k = (i + salt) % 3;
+    bool with_signal = i % 3 == 2;
+    if (with_signal) hsa_signal_store_screlease(own, 1);
+    dispatch(q, g_kernels[k], 64u * (k + 1), 64, with_signal ? own : hsa_signal_t{0});
+    g_count[k]++;
+    if (with_signal) wait_zero(own);
+  }
+  hsa_signal_store_screlease(own, 1);
+  barrier(q, own);
+  wait_zero(own);
+  CHECK(hsa_signal_destroy(own));
+}
+
+static void report() {
+  long total = 0;
+  for (int k = 0; k < 3; k++) {
+    printf("LAUNCHED kernel=%s count=%ld grid=%u\n", g_kernels[k].name, g_count[k].load(), 64u * (k + 1));
+    total += g_count[k];
+  }
+  printf("TOTAL %ld\n", total);
+  fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <code-object> threads|shared|exit [args]\n", argv[0]);
+    return 1;
+  }
+  std::string mode = argv[2];
+  CHECK(hsa_init());
+  CHECK(hsa_iterate_agents(on_agent, nullptr));
+  if (g_gpu.handle == 0) {
+    fprintf(stderr, "no GPU\n");
+    return 3;
+  }
+  CHECK(hsa_amd_agent_iterate_memory_pools(g_cpu, on_pool, nullptr));
+  load(argv[1]);
+  if (g_have_kernarg) {
+    CHECK(hsa_amd_memory_pool_allocate(g_kernarg_pool, 4096, 0, &g_kernarg));
+    CHECK(hsa_amd_agents_allow_access(1, &g_gpu, nullptr, g_kernarg));
+    memset(g_kernarg, 0, 4096);
+  }
+  if (mode == "threads" || mode == "shared") {
+    int threads = argc > 3 ? atoi(argv[3]) : 4;
+    int per = argc > 4 ? atoi(argv[4]) : 100;
+    std::vector<hsa_queue_t*> queues;
+    hsa_queue_t* shared = mode == "shared" ? make_queue() : nullptr;
+    for (int t = 0; t < threads; t++) queues.push_back(shared ? shared : make_queue());
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; t++) ts.emplace_back(work, queues[t], per, t);
+    for (auto& t : ts) t.join();
+    report();
+    if (shared) {
+      CHECK(hsa_queue_destroy(shared));
+    } else {
+      for (auto q : queues) CHECK(hsa_queue_destroy(q));
+    }
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "exit") {
+    int n = argc > 3 ? atoi(argv[3]) : 500;
+    hsa_queue_t* q = make_queue();
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    report();
+    exit(0);
+  }
+  fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 1;
+}

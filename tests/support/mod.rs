@@ -1,0 +1,369 @@
+//! Harness of the `kernel_trace*` integration tests: builds the tool library
+//! and the emulated GPU (once per test binary), builds the raw-HSA programs
+//! of `tests/programs/`, runs them with the tool loaded on the emulated GPU,
+//! and reads the outputs back.
+//!
+//! The libraries are built by a nested `cargo build -p rprof-tool --lib -p
+//! rprof-emu` into `<target>/kernel-trace-tests/cargo` (a target directory
+//! of its own, because the outer `cargo test` holds the lock of the main
+//! one), so `cargo test --workspace` needs no prior build and never runs
+//! stale libraries. Programs are built with `clang-15` (kernels, an AMDGPU
+//! code object) and `g++` (host code, linked with `-lhsa-runtime64`).
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Longest a traced program may run before the test calls it a hang.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Built artifacts shared by the tests of one binary.
+#[derive(Debug)]
+pub struct Artifacts {
+    /// `librprof_tool.so`.
+    pub tool: PathBuf,
+    /// Directory holding `libhsakmt.so.1` (the emulator), for `LD_LIBRARY_PATH`.
+    pub emu_dir: PathBuf,
+    /// The raw-HSA test program.
+    pub trace_app: PathBuf,
+    /// Its code object.
+    pub kernels: PathBuf,
+    /// Where runs write their outputs.
+    pub runs: PathBuf,
+}
+
+/// `<target>`: from `CARGO_TARGET_DIR`, else from the test executable
+/// (`<target>/<profile>/deps/<test>`).
+fn target_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        let d = PathBuf::from(d);
+        return if d.is_absolute() {
+            d
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(d)
+        };
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+fn run_checked(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds everything once per test binary.
+pub fn artifacts() -> &'static Artifacts {
+    static A: OnceLock<Artifacts> = OnceLock::new();
+    A.get_or_init(|| {
+        let root = target_dir().join("kernel-trace-tests");
+        let cargo_target = root.join("cargo");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // `RPROF_TEST_EMU_LIB=<path to libhsakmt.so>` runs against a given
+        // emulator build instead of building one.
+        let emu_override = std::env::var_os("RPROF_TEST_EMU_LIB").map(PathBuf::from);
+        let mut build = Command::new(cargo);
+        build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "-p", "rprof-tool", "--lib"])
+            .env("CARGO_TARGET_DIR", &cargo_target);
+        if emu_override.is_none() {
+            build.args(["-p", "rprof-emu"]);
+        }
+        run_checked(
+            &mut build,
+            "cargo build of the tool library and the emulator",
+        );
+        let profile = cargo_target.join("debug");
+        let tool = profile.join("librprof_tool.so");
+        let emu = emu_override.unwrap_or_else(|| profile.join("libhsakmt.so"));
+        assert!(
+            tool.exists() && emu.exists(),
+            "build left no {} / {}",
+            tool.display(),
+            emu.display()
+        );
+        let emu_dir = root.join("emu-lib");
+        std::fs::create_dir_all(&emu_dir).unwrap();
+        let link = emu_dir.join("libhsakmt.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&emu, &link).unwrap();
+
+        let programs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+        let bin = root.join("programs");
+        std::fs::create_dir_all(&bin).unwrap();
+        let kernels = bin.join("trace_kernels.co");
+        run_checked(
+            Command::new("clang-15")
+                .args([
+                    "-x",
+                    "cl",
+                    "-cl-std=CL2.0",
+                    "-target",
+                    "amdgcn-amd-amdhsa",
+                    "-mcpu=gfx90a",
+                    "-nogpulib",
+                    "-O2",
+                ])
+                .arg("-o")
+                .arg(&kernels)
+                .arg(programs.join("trace_kernels.cl")),
+            "clang-15 (kernel code object)",
+        );
+        let trace_app = bin.join("trace_app");
+        run_checked(
+            Command::new("g++")
+                .args(["-O1", "-std=c++17", "-o"])
+                .arg(&trace_app)
+                .arg(programs.join("trace_app.cpp"))
+                .args(["-lhsa-runtime64", "-lpthread"]),
+            "g++ (trace_app)",
+        );
+        let runs = root.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        Artifacts {
+            tool,
+            emu_dir,
+            trace_app,
+            kernels,
+            runs,
+        }
+    })
+}
+
+/// How the tool gets into the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// `HSA_TOOLS_LIB=<tool>`.
+    ToolsLib,
+    /// `LD_PRELOAD=<tool>` only.
+    Preload,
+}
+
+/// One finished run.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Output directory of the run.
+    pub dir: PathBuf,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// `DIR/run<suffix>`.
+    pub fn output(&self, suffix: &str) -> PathBuf {
+        self.dir.join(format!("run{suffix}"))
+    }
+
+    /// `kernel -> count` from the program's `LAUNCHED` lines, and its `TOTAL`.
+    pub fn launched(&self) -> (BTreeMap<String, u64>, u64) {
+        let mut map = BTreeMap::new();
+        let mut total = None;
+        for line in self.stdout.lines() {
+            if let Some(rest) = line.strip_prefix("LAUNCHED ") {
+                let mut name = None;
+                let mut count = None;
+                for kv in rest.split(' ') {
+                    if let Some(v) = kv.strip_prefix("kernel=") {
+                        name = Some(v.to_string());
+                    }
+                    if let Some(v) = kv.strip_prefix("count=") {
+                        count = Some(v.parse::<u64>().unwrap());
+                    }
+                }
+                map.insert(name.unwrap(), count.unwrap());
+            }
+            if let Some(v) = line.strip_prefix("TOTAL ") {
+                total = Some(v.trim().parse::<u64>().unwrap());
+            }
+        }
+        (
+            map,
+            total.unwrap_or_else(|| panic!("no TOTAL line in:\n{}", self.stdout)),
+        )
+    }
+}
+
+/// Runs `trace_app <code object> <args>` with the tool, kernel tracing on,
+/// outputs `csv,json,pftrace` into a fresh directory named after `label`,
+/// plus `extra_env`.
+pub fn run_traced(label: &str, args: &[&str], load: Load, extra_env: &[(&str, &str)]) -> Run {
+    let a = artifacts();
+    let dir = a.runs.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(&a.trace_app);
+    cmd.arg(&a.kernels)
+        .args(args)
+        .env("LD_LIBRARY_PATH", &a.emu_dir)
+        .env_remove("HSA_TOOLS_LIB")
+        .env_remove("LD_PRELOAD")
+        .env("RPROF_KERNEL_TRACE", "1")
+        .env("RPROF_OUTPUT_DIR", &dir)
+        .env("RPROF_OUTPUT_NAME", "run")
+        .env("RPROF_OUTPUT_FORMAT", "csv,json,pftrace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match load {
+        Load::ToolsLib => cmd.env("HSA_TOOLS_LIB", &a.tool),
+        Load::Preload => cmd.env("LD_PRELOAD", &a.tool),
+    };
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    run_with_timeout(cmd, dir)
+}
+
+/// Runs `cmd` and kills it after [`RUN_TIMEOUT`] (a hang fails the test).
+pub fn run_with_timeout(mut cmd: Command, dir: PathBuf) -> Run {
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn the traced program");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("traced program hung (killed after {RUN_TIMEOUT:?})");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        code: status.code(),
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+        dir,
+        elapsed: t0.elapsed(),
+    }
+}
+
+/// One row of `NAME_kernel_trace.csv`.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Agent_Id.
+    pub agent: u64,
+    /// Queue_Id.
+    pub queue: u64,
+    /// Thread_Id.
+    pub thread: u64,
+    /// Dispatch_Id.
+    pub dispatch_id: u64,
+    /// Kernel_Id.
+    pub kernel_id: u64,
+    /// Kernel_Name.
+    pub name: String,
+    /// Correlation_Id.
+    pub correlation_id: u64,
+    /// Start_Timestamp.
+    pub start: u64,
+    /// End_Timestamp.
+    pub end: u64,
+    /// Grid_Size_X.
+    pub grid_x: u64,
+    /// Workgroup_Size_X.
+    pub wg_x: u64,
+}
+
+/// Reads the kernel trace CSV.
+pub fn read_csv(path: &Path) -> Vec<Row> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let headers = r.headers().unwrap().clone();
+    let col = |name: &str| {
+        headers
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    };
+    let (agent, queue, thread, did, kid, name, cid, start, end, grid, wg) = (
+        col("Agent_Id"),
+        col("Queue_Id"),
+        col("Thread_Id"),
+        col("Dispatch_Id"),
+        col("Kernel_Id"),
+        col("Kernel_Name"),
+        col("Correlation_Id"),
+        col("Start_Timestamp"),
+        col("End_Timestamp"),
+        col("Grid_Size_X"),
+        col("Workgroup_Size_X"),
+    );
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            let n = |i: usize| {
+                rec[i]
+                    .parse::<u64>()
+                    .unwrap_or_else(|e| panic!("column {i} {:?}: {e}", &rec[i]))
+            };
+            Row {
+                agent: n(agent),
+                queue: n(queue),
+                thread: n(thread),
+                dispatch_id: n(did),
+                kernel_id: n(kid),
+                name: rec[name].to_string(),
+                correlation_id: n(cid),
+                start: n(start),
+                end: n(end),
+                grid_x: n(grid),
+                wg_x: n(wg),
+            }
+        })
+        .collect()
+}
+
+/// Runs the team's Perfetto checker on `trace`; returns its stdout. Fails
+/// the test if the checker reports an error.
+pub fn check_pftrace(trace: &Path) -> String {
+    let checker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/pftrace_check.py");
+    let out = Command::new("python3")
+        .arg(&checker)
+        .arg(trace)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "pftrace_check failed on {}:\n{}\n{}",
+        trace.display(),
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
