@@ -4,10 +4,12 @@
 // Report format (one line each, written with a single write(2) so that lines
 // of several processes or threads never interleave):
 //
-//   LAUNCHED pid=<pid> [rank=<r>] count=<n> kernel=<demangled name, to end of line>
+//   LAUNCHED pid=<pid> [rank=<r>] count=<n> grid=<x>,<y>,<z> workgroup=<x>,<y>,<z> kernel=<name>
 //   LAUNCHED pid=<pid> [rank=<r>] total=<n>
 //
-// `kernel=` is always the last field because demangled names contain spaces.
+// `grid` is in work-items (blocks x block size, as in the AQL packet and in
+// rocprofv3's Grid_Size columns); every launch of one kernel name uses the same
+// geometry. `kernel=` is always the last field: demangled names contain spaces.
 // The name is written exactly as a tracer shows it (Itanium demangling, as
 // c++filt prints it), e.g. `void graph_node<3>(int*, int)`.
 #pragma once
@@ -65,17 +67,25 @@ class LaunchLog {
     // `rank` < 0: no rank field.
     explicit LaunchLog(int rank = -1) : rank_(rank) {}
 
-    // Records n launches of `kernel` (n == 0 records nothing).
-    void add(const std::string& kernel, long long n = 1) {
+    // Records n launches of `kernel` with `blocks` x `block` (n == 0 records
+    // nothing). One name, one geometry: a mismatch is a bug in the program.
+    void add(const std::string& kernel, dim3 blocks, dim3 block, long long n = 1) {
         if (n == 0) return;
         std::lock_guard<std::mutex> g(mu_);
-        counts_[kernel] += n;
+        Entry& e = counts_[kernel];
+        const Geometry geo{{blocks.x * block.x, blocks.y * block.y, blocks.z * block.z}, {block.x, block.y, block.z}};
+        if (e.count != 0 && !(e.geo == geo)) {
+            std::fprintf(stderr, "LaunchLog: %s launched with two geometries\n", kernel.c_str());
+            std::abort();
+        }
+        e.geo = geo;
+        e.count += n;
     }
 
     long long total() const {
         std::lock_guard<std::mutex> g(mu_);
         long long t = 0;
-        for (const auto& kv : counts_) t += kv.second;
+        for (const auto& kv : counts_) t += kv.second.count;
         return t;
     }
 
@@ -88,16 +98,29 @@ class LaunchLog {
             std::snprintf(prefix, sizeof prefix, "pid=%d", (int)getpid());
         long long t = 0;
         for (const auto& kv : counts_) {
-            emit_line("LAUNCHED %s count=%lld kernel=%s", prefix, kv.second, kv.first.c_str());
-            t += kv.second;
+            const Geometry& g = kv.second.geo;
+            emit_line("LAUNCHED %s count=%lld grid=%u,%u,%u workgroup=%u,%u,%u kernel=%s", prefix, kv.second.count,
+                      g.grid[0], g.grid[1], g.grid[2], g.wg[0], g.wg[1], g.wg[2], kv.first.c_str());
+            t += kv.second.count;
         }
         emit_line("LAUNCHED %s total=%lld", prefix, t);
     }
 
   private:
+    struct Geometry {
+        unsigned grid[3];
+        unsigned wg[3];
+        bool operator==(const Geometry& o) const {
+            return std::memcmp(grid, o.grid, sizeof grid) == 0 && std::memcmp(wg, o.wg, sizeof wg) == 0;
+        }
+    };
+    struct Entry {
+        long long count = 0;
+        Geometry geo{};
+    };
     int rank_;
     mutable std::mutex mu_;
-    std::map<std::string, long long> counts_;
+    std::map<std::string, Entry> counts_;
 };
 
 // Parses the common command line: positional integers (with defaults) and

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
     }
     hipLaunchKernelGGL(last_kernel, dim3(1), dim3(64), 0, stream, data);
     HIP_CHECK_LAUNCH();
-    log.add("nosync_work(int*, int)", n);
-    log.add("last_kernel(int*)");
+    log.add("nosync_work(int*, int)", dim3(kBlocks), dim3(kBlockSize), n);
+    log.add("last_kernel(int*)", dim3(1), dim3(64));
     log.print();
 
     // No hipStreamSynchronize, no hipFree, no hipStreamDestroy.

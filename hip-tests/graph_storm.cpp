@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
         HIP_CHECK(hipGraphLaunch(exec, stream));
     }
     HIP_CHECK(hipStreamSynchronize(stream));
-    for (int j = 0; j < k; ++j) log.add(node_name(j % kDistinctKernels), iters);
+    for (int j = 0; j < k; ++j) log.add(node_name(j % kDistinctKernels), dim3(1), dim3(kElements), iters);
 
     if (args.verify) {
         long long per_launch = 0;

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
         HIP_CHECK(hipMemcpy(d_small, pageable.data(), kSmall * sizeof(int), hipMemcpyHostToDevice));
         hipLaunchKernelGGL(scale, dim3(kSmall / 256), dim3(256), 0, 0, d_small, 3, kSmall);
         HIP_CHECK_LAUNCH();
-        log.add("scale(int*, int, int)");
+        log.add("scale(int*, int, int)", dim3(kSmall / 256), dim3(256));
         HIP_CHECK(hipMemcpy(back.data(), d_small, kSmall * sizeof(int), hipMemcpyDeviceToHost));
         if (args.verify)
             for (int i = 0; i < kSmall; ++i)
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
         HIP_CHECK(hipMemcpyAsync(d_large, pinned, kLarge * sizeof(int), hipMemcpyHostToDevice, stream));
         hipLaunchKernelGGL(add_one, dim3(kLarge / 256), dim3(256), 0, stream, d_large, kLarge);
         HIP_CHECK_LAUNCH();
-        log.add("add_one(int*, int)");
+        log.add("add_one(int*, int)", dim3(kLarge / 256), dim3(256));
         HIP_CHECK(hipMemcpyAsync(d_copy, d_large, kLarge * sizeof(int), hipMemcpyDeviceToDevice, stream));
         HIP_CHECK(hipMemcpyAsync(pinned, d_copy, kLarge * sizeof(int), hipMemcpyDeviceToHost, stream));
         HIP_CHECK(hipStreamSynchronize(stream));

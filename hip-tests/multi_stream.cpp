@@ -60,20 +60,20 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
         hipLaunchKernelGGL(produce, grid, block, 0, streams[0], buf, kElements, r);
         HIP_CHECK_LAUNCH();
-        log.add("produce(int*, int, int)");
+        log.add("produce(int*, int, int)", grid, block);
         HIP_CHECK(hipEventRecord(done[0], streams[0]));
         for (int c = 0; c < nconsumers; ++c) {
             hipStream_t s = streams[c + 1];
             HIP_CHECK(hipStreamWaitEvent(s, done[0], 0));
             hipLaunchKernelGGL(consume, grid, block, 0, s, buf, parts + (size_t)c * kElements, kElements, 2);
             HIP_CHECK_LAUNCH();
-            log.add("consume(int const*, int*, int, int)");
+            log.add("consume(int const*, int*, int, int)", grid, block);
             HIP_CHECK(hipEventRecord(done[c + 1], s));
         }
         for (int c = 0; c < nconsumers; ++c) HIP_CHECK(hipStreamWaitEvent(streams[0], done[c + 1], 0));
         hipLaunchKernelGGL(reduce, grid, block, 0, streams[0], parts, out, kElements, nconsumers);
         HIP_CHECK_LAUNCH();
-        log.add("reduce(int const*, int*, int, int)");
+        log.add("reduce(int const*, int*, int, int)", grid, block);
     }
     for (int s = 0; s < nstreams; ++s) HIP_CHECK(hipStreamSynchronize(streams[s]));
     HIP_CHECK(hipDeviceSynchronize());

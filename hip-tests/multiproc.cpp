@@ -32,7 +32,7 @@ static int child_main(int rank, long long per_proc, bool verify) {
         HIP_CHECK_LAUNCH();
     }
     HIP_CHECK(hipDeviceSynchronize());
-    log.add("proc_work(int*, int)", launches);
+    log.add("proc_work(int*, int)", dim3(kElements / 64), dim3(64), launches);
     if (verify) {
         std::vector<int> host(kElements);
         HIP_CHECK(hipMemcpy(host.data(), data, kElements * sizeof(int), hipMemcpyDeviceToHost));

@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
             }
             HIP_CHECK(hipStreamSynchronize(stream));
             HIP_CHECK(hipStreamDestroy(stream));
-            log.add("void thread_work<" + std::to_string(t) + ">(int*, int)", mine);
-            log.add("tick(unsigned int*)", ticks);
+            log.add("void thread_work<" + std::to_string(t) + ">(int*, int)", dim3(1), dim3(kElements), mine);
+            log.add("tick(unsigned int*)", dim3(1), dim3(64), ticks);
             hiptests::emit_line("THREAD tid=%ld stream_kernels=%lld", (long)syscall(SYS_gettid), mine + ticks);
         });
     }

@@ -1,0 +1,235 @@
+//! The `hip-tests/` programs traced end to end by the real `rprof` on the
+//! emulated GPU: every output must account for exactly the kernels each
+//! program says it launched (see `hip_support::check_outputs` for the full
+//! list of assertions).
+//!
+//! Needs `cargo build --workspace` first (for `rprof`, `librprof_tool.so`,
+//! `libhsakmt.so`), Debian's `hipcc`, and the Python `perfetto` package.
+
+mod hip_support;
+
+use std::collections::BTreeMap;
+
+use hip_support::{
+    check_outputs, hip_program, output_files, run_traced, single_report, summary,
+    RUNTIME_KERNEL_PREFIX,
+};
+
+/// Traces `program args` as `-o NAME` and runs every output check.
+fn trace_and_check(label: &str, program: &str, args: &[&str]) -> Option<hip_support::TraceFacts> {
+    let prog = hip_program(program)?;
+    let run = run_traced(label, &["-o", label], &prog, args, &[]);
+    run.assert_success();
+    let report = single_report(&run);
+    let facts = check_outputs(&run.dir, label, &report);
+    assert_eq!(
+        output_files(&run.dir),
+        [
+            format!("{label}.pftrace"),
+            format!("{label}_kernel_trace.csv"),
+            format!("{label}_results.json"),
+        ],
+        "exactly the three requested outputs"
+    );
+    summary(label, &run, &facts);
+    Some(facts)
+}
+
+/// The hip-graph-bubbles case, small: 64 distinct kernels captured into a
+/// graph, launched 20 times.
+#[test]
+fn graph_storm_64x20() {
+    let Some(f) = trace_and_check("graph_storm_64x20", "graph_storm", &["64", "20"]) else {
+        return;
+    };
+    assert_eq!(f.program_dispatches(), 64 * 20);
+    assert_eq!(f.program_kernel_names(), 64, "one name per graph node");
+}
+
+/// More nodes than distinct kernels: nodes j and j+256 share a name, so the
+/// first 44 names run twice per launch.
+#[test]
+fn graph_storm_names_shared_by_nodes() {
+    let Some(f) = trace_and_check("graph_storm_300x3", "graph_storm", &["300", "3"]) else {
+        return;
+    };
+    assert_eq!(f.program_dispatches(), 900);
+    assert_eq!(f.per_name["void graph_node<0>(int*, int)"], 6);
+    assert_eq!(f.per_name["void graph_node<43>(int*, int)"], 6);
+    assert_eq!(f.per_name["void graph_node<44>(int*, int)"], 3);
+}
+
+/// The benchmark workload at its default size: 256 kernels x 200 launches
+/// = 51,200 dispatches.
+#[test]
+fn graph_storm_default_51200() {
+    let Some(f) = trace_and_check("graph_storm_default", "graph_storm", &[]) else {
+        return;
+    };
+    assert_eq!(f.program_dispatches(), 51_200);
+    assert_eq!(f.program_kernel_names(), 256);
+}
+
+/// Fork/join across 4 streams with hipStreamWaitEvent, 50 rounds. All
+/// launches come from one thread, so dispatch ids follow program order:
+/// produce, 3 x consume, reduce per round. The event dependencies must show
+/// in the GPU times: every consume starts after its round's produce ended,
+/// and reduce starts after all three consumes ended.
+#[test]
+fn multi_stream_events() {
+    let Some(f) = trace_and_check("multi_stream", "multi_stream", &["4", "50"]) else {
+        return;
+    };
+    assert_eq!(f.program_dispatches(), 50 * (1 + 3 + 1));
+    let mut rows: Vec<_> = f
+        .rows
+        .iter()
+        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
+        .collect();
+    rows.sort_by_key(|r| r.dispatch_id);
+    for (round, chunk) in rows.chunks(5).enumerate() {
+        let names: Vec<&str> = chunk
+            .iter()
+            .map(|r| r.kernel_name.split('(').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            names,
+            ["produce", "consume", "consume", "consume", "reduce"],
+            "round {round} in dispatch-id order"
+        );
+        let (produce, consumes, reduce) = (chunk[0], &chunk[1..4], chunk[4]);
+        for c in consumes {
+            assert!(
+                c.start >= produce.end,
+                "round {round}: consume (queue {}) started at {} before produce (queue {}) ended at {}",
+                c.queue_id,
+                c.start,
+                produce.queue_id,
+                produce.end
+            );
+            assert!(
+                reduce.start >= c.end,
+                "round {round}: reduce started at {} before a consume ended at {}",
+                reduce.start,
+                c.end
+            );
+        }
+        let queues: std::collections::BTreeSet<u64> = consumes.iter().map(|c| c.queue_id).collect();
+        assert!(
+            queues.len() >= 2,
+            "round {round}: 3 streams but consume queues {queues:?}"
+        );
+    }
+}
+
+/// hipMemcpy (pageable and pinned, H2D, D2H, D2D) interleaved with kernels.
+#[test]
+fn memcpy_mix() {
+    let Some(f) = trace_and_check("memcpy_mix", "memcpy_mix", &["40"]) else {
+        return;
+    };
+    assert_eq!(f.program_dispatches(), 80);
+}
+
+/// 4 host threads, each with its own stream, 250 launches each plus ticks.
+/// HIP dispatches directly from the launching thread, so each thread's
+/// `THREAD tid=<tid> stream_kernels=<n>` must match the CSV's Thread_Id
+/// column exactly, and each stream's kernels stay on one queue (streams may
+/// share hardware queues: HIP has a small pool of them).
+#[test]
+fn threads_own_streams() {
+    let Some(prog) = hip_program("threads") else {
+        return;
+    };
+    let label = "threads";
+    let run = run_traced(label, &["-o", label], &prog, &["4", "250"], &[]);
+    run.assert_success();
+    let report = single_report(&run);
+    let f = check_outputs(&run.dir, label, &report);
+    summary(label, &run, &f);
+    assert_eq!(report.total, 4 * 250 + 4 * 62);
+
+    let mut per_thread = BTreeMap::new();
+    for line in run.stdout.lines().filter(|l| l.starts_with("THREAD ")) {
+        let field = |k: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {line:?}"))
+        };
+        per_thread.insert(field("tid="), field("stream_kernels="));
+    }
+    assert_eq!(per_thread.len(), 4, "THREAD lines:\n{}", run.stdout);
+    let mut traced = BTreeMap::new();
+    for r in f
+        .rows
+        .iter()
+        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
+    {
+        *traced.entry(r.thread_id).or_insert(0u64) += 1;
+    }
+    assert_eq!(
+        traced, per_thread,
+        "program dispatches per enqueuing thread (Thread_Id)"
+    );
+
+    let mut queue_of = BTreeMap::new();
+    for r in f
+        .rows
+        .iter()
+        .filter(|r| r.kernel_name.contains("thread_work<"))
+    {
+        let q = queue_of.entry(r.kernel_name.clone()).or_insert(r.queue_id);
+        assert_eq!(
+            *q, r.queue_id,
+            "{} (one stream) ran on two queues",
+            r.kernel_name
+        );
+    }
+    assert_eq!(queue_of.len(), 4);
+}
+
+/// exit(0) right after enqueuing 2000 kernels: every one is in the trace.
+#[test]
+fn exit_without_sync_exit() {
+    let Some(f) = trace_and_check("exit_nosync_exit", "exit_nosync", &["2000", "exit"]) else {
+        return;
+    };
+    assert_eq!(f.per_name["last_kernel(int*)"], 1);
+}
+
+/// Returning from main without synchronising.
+#[test]
+fn exit_without_sync_return() {
+    let Some(f) = trace_and_check("exit_nosync_return", "exit_nosync", &["500", "return"]) else {
+        return;
+    };
+    assert_eq!(f.per_name["last_kernel(int*)"], 1);
+}
+
+/// quick_exit(0) runs no atexit handlers and no static destructors, so the
+/// runtime never unloads the tool; the app must still exit normally (0, no
+/// hang) under rprof.
+#[test]
+fn exit_without_sync_quick_exit_does_not_hang() {
+    let Some(prog) = hip_program("exit_nosync") else {
+        return;
+    };
+    let label = "exit_nosync_quick";
+    let run = run_traced(label, &["-o", label], &prog, &["2000", "quick"], &[]);
+    run.assert_success();
+    assert_eq!(single_report(&run).total, 2001);
+}
+
+/// quick_exit(0) right after enqueuing: every dispatch should still be
+/// recorded (the tool can flush from an at_quick_exit handler).
+#[test]
+#[ignore = "tool: nothing flushes on quick_exit (no at_quick_exit handler): the CSV and \
+            .pftrace are empty and the JSON is cut at 64 KiB, yet rprof reports them as written"]
+fn exit_without_sync_quick_exit_records_all() {
+    let Some(f) = trace_and_check("exit_nosync_quick_all", "exit_nosync", &["2000", "quick"])
+    else {
+        return;
+    };
+    assert_eq!(f.per_name["last_kernel(int*)"], 1);
+}

@@ -1,0 +1,845 @@
+//! Shared harness of the `hip_*` integration tests: builds the HIP programs of
+//! `hip-tests/` (once per test binary), runs them under the real `rprof`
+//! binary on the emulated GPU, and checks the three outputs (CSV, JSON,
+//! Perfetto through `tests/tools/pftrace_check.py`) against the `LAUNCHED`
+//! report the program printed.
+//!
+//! Paths follow the test binary: it lives in `<target>/<profile>/deps/`, so
+//! `rprof`, `librprof_tool.so` and `libhsakmt.so` are expected in
+//! `<target>/<profile>/` (`cargo build --workspace` puts them there), the
+//! programs are built into `<target>/hip-tests/` and runs write to
+//! `<target>/hip-test-runs/<label>/`. `RPROF_BIN` overrides the `rprof` path.
+//! `RPROF_SKIP_HIP_TESTS=1` turns a missing `hipcc` from a failure into a skip.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Longest a traced program may run before the test calls it a hang.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Prefix of the HIP runtime's own blit/fill kernels (ROCclr), which a kernel
+/// tracer rightly records but which no program lists in its report.
+pub const RUNTIME_KERNEL_PREFIX: &str = "__amd_rocclr_";
+
+/// Columns of `NAME_kernel_trace.csv`, in order.
+pub const CSV_COLUMNS: [&str; 18] = [
+    "Kind",
+    "Agent_Id",
+    "Queue_Id",
+    "Thread_Id",
+    "Dispatch_Id",
+    "Kernel_Id",
+    "Kernel_Name",
+    "Correlation_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "Private_Segment_Size",
+    "Group_Segment_Size",
+    "Workgroup_Size_X",
+    "Workgroup_Size_Y",
+    "Workgroup_Size_Z",
+    "Grid_Size_X",
+    "Grid_Size_Y",
+    "Grid_Size_Z",
+];
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `<target>/<profile>`: where cargo put `rprof` and the two libraries.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary has a directory");
+    deps.parent().expect("deps has a parent").to_path_buf()
+}
+
+/// `<target>`.
+pub fn target_dir() -> PathBuf {
+    profile_dir()
+        .parent()
+        .expect("profile dir has a parent")
+        .to_path_buf()
+}
+
+/// The `rprof` binary; panics with instructions when it (or a library it
+/// loads from its own directory) is missing.
+pub fn rprof() -> PathBuf {
+    let bin = std::env::var_os("RPROF_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| profile_dir().join("rprof"));
+    let dir = bin.parent().unwrap_or(Path::new("."));
+    for needed in [
+        bin.clone(),
+        dir.join("librprof_tool.so"),
+        dir.join("libhsakmt.so"),
+    ] {
+        assert!(
+            needed.exists(),
+            "{} not found: build the whole workspace first (`cargo build --workspace`, as scripts/test.sh does) \
+             with the same CARGO_TARGET_DIR as the tests, or point RPROF_BIN at an rprof binary",
+            needed.display()
+        );
+    }
+    bin
+}
+
+static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// Builds all programs once per test binary (`hip-tests/build.sh`, which
+/// rebuilds only what changed) and returns the path of `name`. `None` means
+/// hipcc is missing and `RPROF_SKIP_HIP_TESTS=1` asked to skip; without that
+/// variable a missing hipcc fails the test.
+pub fn hip_program(name: &str) -> Option<PathBuf> {
+    let dir = BUILT.get_or_init(|| {
+        let out = target_dir().join("hip-tests");
+        let script = repo_root().join("hip-tests/build.sh");
+        let o = Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if !o.status.success() {
+            return Err(format!("hip-tests/build.sh failed ({}):\n{text}", o.status));
+        }
+        if text.contains("SKIPPED") {
+            return Err(format!("SKIPPED: {}", text.trim()));
+        }
+        Ok(out)
+    });
+    match dir {
+        Ok(d) => {
+            let p = d.join(name);
+            assert!(p.exists(), "{} was not built", p.display());
+            Some(p)
+        }
+        Err(e)
+            if e.starts_with("SKIPPED") && std::env::var_os("RPROF_SKIP_HIP_TESTS").is_some() =>
+        {
+            eprintln!("{e} (RPROF_SKIP_HIP_TESTS is set: skipping)");
+            None
+        }
+        Err(e) => panic!(
+            "{e}\n(set RPROF_SKIP_HIP_TESTS=1 to skip the HIP tests on a machine without hipcc)"
+        ),
+    }
+}
+
+/// A finished run.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status of `rprof` (the app's status).
+    pub status: ExitStatus,
+    /// The app's stdout.
+    pub stdout: String,
+    /// rprof's and the app's stderr.
+    pub stderr: String,
+    /// The output directory (`-d`).
+    pub dir: PathBuf,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// Panics with the run's output unless it exited 0.
+    pub fn assert_success(&self) {
+        assert!(
+            self.status.success(),
+            "traced program failed: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status,
+            tail(&self.stdout, 4000),
+            tail(&self.stderr, 4000)
+        );
+    }
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// A fresh, empty output directory for `label`.
+pub fn fresh_dir(label: &str) -> PathBuf {
+    let dir = target_dir().join("hip-test-runs").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create run directory");
+    dir
+}
+
+/// Runs `rprof --kernel-trace --output-format pftrace,csv,json -d DIR
+/// <extra> -- <program> <args>` with the MPI/Slurm rank variables removed and
+/// `env` added; fails the test if it takes longer than [`RUN_TIMEOUT`].
+pub fn run_traced(
+    label: &str,
+    extra: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    let dir = fresh_dir(label);
+    let mut cmd = Command::new(rprof());
+    cmd.arg("--kernel-trace")
+        .arg("--output-format")
+        .arg("pftrace,csv,json")
+        .arg("-d")
+        .arg(&dir)
+        .args(extra)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    for v in [
+        "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "MV2_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+        "HSA_TOOLS_LIB",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RPROF_") && k != "RPROF_BIN" {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_timeout(cmd, dir)
+}
+
+/// Runs `cmd` with piped output; kills it and panics after [`RUN_TIMEOUT`].
+pub fn run_with_timeout(mut cmd: Command, dir: PathBuf) -> Run {
+    let shown = format!("{cmd:?}");
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for rprof") {
+            break s;
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_reader.join().unwrap_or_default();
+            let stderr = err_reader.join().unwrap_or_default();
+            panic!(
+                "HANG: {shown} still running after {RUN_TIMEOUT:?}; killed\n--- stdout\n{}\n--- stderr\n{}",
+                tail(&stdout, 4000),
+                tail(&stderr, 4000)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    Run {
+        status,
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+        dir,
+        elapsed,
+    }
+}
+
+/// One kernel name in a program's report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelLaunches {
+    /// Launches.
+    pub count: u64,
+    /// Grid in work-items.
+    pub grid: [u64; 3],
+    /// Workgroup size.
+    pub workgroup: [u64; 3],
+}
+
+/// What one process said it launched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessReport {
+    /// Its pid.
+    pub pid: u32,
+    /// Its rank, if it printed one.
+    pub rank: Option<u32>,
+    /// Per demangled kernel name.
+    pub kernels: BTreeMap<String, KernelLaunches>,
+    /// The `total=` line.
+    pub total: u64,
+}
+
+fn parse_triple(v: &str, line: &str) -> [u64; 3] {
+    let parts: Vec<u64> = v
+        .split(',')
+        .map(|x| {
+            x.parse()
+                .unwrap_or_else(|_| panic!("bad triple in {line:?}"))
+        })
+        .collect();
+    assert_eq!(parts.len(), 3, "bad triple in {line:?}");
+    [parts[0], parts[1], parts[2]]
+}
+
+/// Parses every `LAUNCHED` line of `stdout`, per pid, and checks that each
+/// process's `total=` equals the sum of its counts.
+pub fn parse_launched(stdout: &str) -> BTreeMap<u32, ProcessReport> {
+    let mut procs: BTreeMap<u32, ProcessReport> = BTreeMap::new();
+    let mut totals_seen: HashSet<u32> = HashSet::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("LAUNCHED ") else {
+            continue;
+        };
+        let (fields, kernel) = match rest.split_once(" kernel=") {
+            Some((f, k)) => (f, Some(k.to_string())),
+            None => (rest, None),
+        };
+        let mut kv: BTreeMap<&str, &str> = BTreeMap::new();
+        for f in fields.split_whitespace() {
+            let (k, v) = f
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad field {f:?} in {line:?}"));
+            kv.insert(k, v);
+        }
+        let num = |k: &str| -> u64 {
+            kv.get(k)
+                .unwrap_or_else(|| panic!("no {k}= in {line:?}"))
+                .parse()
+                .unwrap_or_else(|_| panic!("bad {k}= in {line:?}"))
+        };
+        let pid = num("pid") as u32;
+        let p = procs.entry(pid).or_default();
+        p.pid = pid;
+        if kv.contains_key("rank") {
+            p.rank = Some(num("rank") as u32);
+        }
+        match kernel {
+            Some(name) => {
+                let k = KernelLaunches {
+                    count: num("count"),
+                    grid: parse_triple(kv["grid"], line),
+                    workgroup: parse_triple(kv["workgroup"], line),
+                };
+                assert!(
+                    p.kernels.insert(name.clone(), k).is_none(),
+                    "kernel {name:?} reported twice"
+                );
+            }
+            None => {
+                p.total = num("total");
+                assert!(totals_seen.insert(pid), "two total= lines for pid {pid}");
+            }
+        }
+    }
+    for p in procs.values() {
+        assert!(
+            totals_seen.contains(&p.pid),
+            "no total= line for pid {}",
+            p.pid
+        );
+        let sum: u64 = p.kernels.values().map(|k| k.count).sum();
+        assert_eq!(
+            sum, p.total,
+            "pid {}: counts do not add up to total=",
+            p.pid
+        );
+    }
+    procs
+}
+
+/// The single process report of a one-process program.
+pub fn single_report(run: &Run) -> ProcessReport {
+    let procs = parse_launched(&run.stdout);
+    assert_eq!(
+        procs.len(),
+        1,
+        "expected one LAUNCHED report, got {}:\n{}",
+        procs.len(),
+        run.stdout
+    );
+    procs.into_values().next().expect("one report")
+}
+
+/// One CSV row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvDispatch {
+    pub agent_id: u64,
+    pub queue_id: u64,
+    pub thread_id: u64,
+    pub dispatch_id: u64,
+    pub kernel_id: u64,
+    pub kernel_name: String,
+    pub correlation_id: u64,
+    pub start: u64,
+    pub end: u64,
+    pub private_segment_size: u64,
+    pub group_segment_size: u64,
+    pub workgroup: [u64; 3],
+    pub grid: [u64; 3],
+}
+
+/// Reads `NAME_kernel_trace.csv`, checking the header and the `Kind` column.
+pub fn read_csv(path: &Path) -> Vec<CsvDispatch> {
+    let mut r = csv::Reader::from_path(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let header: Vec<String> = r
+        .headers()
+        .expect("CSV header")
+        .iter()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(header, CSV_COLUMNS, "CSV header of {}", path.display());
+    let mut rows = Vec::new();
+    for (i, rec) in r.records().enumerate() {
+        let rec = rec.unwrap_or_else(|e| panic!("{}: row {i}: {e}", path.display()));
+        assert_eq!(rec.len(), CSV_COLUMNS.len(), "row {i} width");
+        assert_eq!(&rec[0], "KERNEL_DISPATCH", "row {i} Kind");
+        let n = |c: usize| -> u64 {
+            rec[c].parse().unwrap_or_else(|_| {
+                panic!(
+                    "row {i}: column {} is not a number: {:?}",
+                    CSV_COLUMNS[c], &rec[c]
+                )
+            })
+        };
+        rows.push(CsvDispatch {
+            agent_id: n(1),
+            queue_id: n(2),
+            thread_id: n(3),
+            dispatch_id: n(4),
+            kernel_id: n(5),
+            kernel_name: rec[6].to_string(),
+            correlation_id: n(7),
+            start: n(8),
+            end: n(9),
+            private_segment_size: n(10),
+            group_segment_size: n(11),
+            workgroup: [n(12), n(13), n(14)],
+            grid: [n(15), n(16), n(17)],
+        });
+    }
+    rows
+}
+
+/// Reads and parses `NAME_results.json`.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// What `pftrace_check.py` reports about a trace.
+#[derive(Debug, Default)]
+pub struct PftraceSummary {
+    /// Kernel slices (slices on tracks under a `GPU ...` root track) per name.
+    pub kernel_slices: BTreeMap<String, u64>,
+    /// All kernel slices.
+    pub kernel_slice_total: u64,
+    /// Kernel slices with a negative or missing duration.
+    pub bad_durations: u64,
+    /// Flows from an interceptor slice to a kernel slice, per pid of the
+    /// thread track the flow starts on.
+    pub kernel_flows_by_pid: BTreeMap<u64, u64>,
+    /// All flows.
+    pub flows: u64,
+    /// "flows never terminated" from the checker's summary.
+    pub dangling_flows: u64,
+    /// Pids of process tracks.
+    pub process_pids: BTreeSet<u64>,
+    /// The checker's stdout.
+    pub report: String,
+}
+
+/// Runs `tests/tools/pftrace_check.py TRACE --json OUT`; panics if it finds
+/// errors, and summarises its JSON.
+pub fn check_pftrace(trace: &Path) -> PftraceSummary {
+    let script = repo_root().join("tests/tools/pftrace_check.py");
+    let json_out = trace.with_extension("check.json");
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(trace)
+        .arg("--dump")
+        .arg("0")
+        .arg("--json")
+        .arg(&json_out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e}", script.display()));
+    let report = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !stderr.contains("No module named"),
+        "pftrace_check.py needs the Python packages perfetto and protobuf (scripts/setup.sh installs them):\n{stderr}"
+    );
+    assert!(
+        o.status.success(),
+        "pftrace_check.py found errors in {}:\n{}\n{}",
+        trace.display(),
+        tail(&report, 6000),
+        stderr
+    );
+    let v = read_json(&json_out);
+    let tracks = v["tracks"].as_object().expect("tracks");
+    // Root ancestor of each track.
+    let parent_of = |uuid: &str| -> Option<String> {
+        let p = tracks.get(uuid)?["parent"].as_u64()?;
+        (p != 0).then(|| p.to_string())
+    };
+    let root_of = |uuid: &str| -> String {
+        let mut cur = uuid.to_string();
+        for _ in 0..64 {
+            match parent_of(&cur) {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        cur
+    };
+    let mut s = PftraceSummary {
+        report,
+        ..Default::default()
+    };
+    for t in tracks.values() {
+        if t["kind"] == "process" {
+            s.process_pids
+                .insert(t["pid"].as_u64().expect("process pid"));
+        }
+    }
+    let slices = v["slices"].as_array().expect("slices");
+    let mut is_kernel = vec![false; slices.len()];
+    for (i, sl) in slices.iter().enumerate() {
+        let track = sl["track"].as_u64().expect("slice track").to_string();
+        let root = root_of(&track);
+        let root_name = tracks
+            .get(&root)
+            .and_then(|t| t["name"].as_str())
+            .unwrap_or("");
+        if root_name.starts_with("GPU ") {
+            is_kernel[i] = true;
+            s.kernel_slice_total += 1;
+            let name = sl["name"].as_str().unwrap_or("<no name>").to_string();
+            *s.kernel_slices.entry(name).or_default() += 1;
+            if sl["dur"].as_i64().is_none_or(|d| d < 0) {
+                s.bad_durations += 1;
+            }
+        }
+    }
+    let flows = v["flows"].as_array().expect("flows");
+    s.flows = flows.len() as u64;
+    for f in flows {
+        let from = f[0].as_u64().expect("flow source") as usize;
+        let to = f[1].as_u64().expect("flow target") as usize;
+        if is_kernel[to] && !is_kernel[from] {
+            let track = slices[from]["track"].as_u64().expect("track").to_string();
+            let pid = tracks
+                .get(&track)
+                .and_then(|t| t["pid"].as_u64())
+                .unwrap_or(0);
+            *s.kernel_flows_by_pid.entry(pid).or_default() += 1;
+        }
+    }
+    s.dangling_flows = s
+        .report
+        .lines()
+        .find_map(|l| l.split("flows never terminated: ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("checker summary line with 'flows never terminated'");
+    s
+}
+
+/// What [`check_outputs`] found, for the test's own extra assertions.
+#[derive(Debug)]
+pub struct TraceFacts {
+    /// CSV rows.
+    pub rows: Vec<CsvDispatch>,
+    /// Rows per kernel name, runtime kernels included.
+    pub per_name: BTreeMap<String, u64>,
+    /// Dispatches of the HIP runtime's own kernels.
+    pub runtime_kernels: u64,
+    /// The Perfetto summary.
+    pub pftrace: PftraceSummary,
+    /// The JSON document.
+    pub json: serde_json::Value,
+}
+
+impl TraceFacts {
+    /// Dispatches of the program's own kernels.
+    pub fn program_dispatches(&self) -> u64 {
+        self.rows.len() as u64 - self.runtime_kernels
+    }
+
+    /// Names of the program's own kernels in the trace.
+    pub fn program_kernel_names(&self) -> usize {
+        self.per_name
+            .keys()
+            .filter(|n| !n.starts_with(RUNTIME_KERNEL_PREFIX))
+            .count()
+    }
+}
+
+/// Checks `DIR/NAME{.pftrace,_kernel_trace.csv,_results.json}` against the
+/// report of the process that wrote them:
+/// * CSV: header; exactly `count` rows per reported kernel name (so names
+///   are demangled right) with the reported grid and workgroup sizes; no
+///   other kernels except the HIP runtime's `__amd_rocclr_*`; dispatch ids
+///   exactly 1..=N (unique, none handed out and lost); unique correlation ids;
+///   0 < start <= end; one Kernel_Id per name and one name per Kernel_Id.
+/// * JSON: the same dispatches (ids, names, times), `metadata.dispatches` =
+///   N, nothing lost, `run.pid` = the reporting pid.
+/// * Perfetto: the checker passes; N kernel slices with the same per-name
+///   counts, none with a negative duration; every kernel slice has its flow
+///   from an interceptor slice of this pid; no dangling flows.
+pub fn check_outputs(dir: &Path, name: &str, report: &ProcessReport) -> TraceFacts {
+    let csv_path = dir.join(format!("{name}_kernel_trace.csv"));
+    let json_path = dir.join(format!("{name}_results.json"));
+    let trace_path = dir.join(format!("{name}.pftrace"));
+    for p in [&csv_path, &json_path, &trace_path] {
+        assert!(
+            p.exists(),
+            "{} was not written; directory has {:?}",
+            p.display(),
+            list_dir(dir)
+        );
+    }
+
+    // ---- CSV
+    let rows = read_csv(&csv_path);
+    let n = rows.len() as u64;
+    let mut per_name: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &rows {
+        *per_name.entry(r.kernel_name.clone()).or_default() += 1;
+    }
+    let mut runtime_kernels = 0;
+    for (name, count) in &per_name {
+        if let Some(k) = report.kernels.get(name) {
+            assert_eq!(
+                *count, k.count,
+                "dispatches of {name:?}: trace has {count}, program launched {}",
+                k.count
+            );
+        } else {
+            assert!(
+                name.starts_with(RUNTIME_KERNEL_PREFIX),
+                "trace has {count} dispatches of {name:?}, which the program did not launch \
+                 (a wrongly demangled name?); program kernels: {:?}",
+                report.kernels.keys().collect::<Vec<_>>()
+            );
+            runtime_kernels += count;
+        }
+    }
+    for (name, k) in &report.kernels {
+        assert!(
+            per_name.contains_key(name),
+            "program launched {} x {name:?}, trace has none; trace names: {:?}",
+            k.count,
+            per_name.keys().collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        n - runtime_kernels,
+        report.total,
+        "program dispatches in the trace vs total="
+    );
+
+    let mut ids: Vec<u64> = rows.iter().map(|r| r.dispatch_id).collect();
+    ids.sort_unstable();
+    let dups = ids.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(dups, 0, "{dups} duplicate dispatch ids");
+    assert_eq!(
+        ids,
+        (1..=n).collect::<Vec<_>>(),
+        "dispatch ids are not exactly 1..={n}: an id was handed out for a dispatch that is missing"
+    );
+    let corr: HashSet<u64> = rows.iter().map(|r| r.correlation_id).collect();
+    assert_eq!(corr.len() as u64, n, "correlation ids are not unique");
+    let mut id_of_name: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut name_of_id: BTreeMap<u64, &str> = BTreeMap::new();
+    for r in &rows {
+        assert!(
+            r.start > 0 && r.end >= r.start,
+            "dispatch {} ({}) has start {} end {}",
+            r.dispatch_id,
+            r.kernel_name,
+            r.start,
+            r.end
+        );
+        assert_eq!(
+            *id_of_name.entry(&r.kernel_name).or_insert(r.kernel_id),
+            r.kernel_id,
+            "two Kernel_Ids for {}",
+            r.kernel_name
+        );
+        assert_eq!(
+            *name_of_id.entry(r.kernel_id).or_insert(&r.kernel_name),
+            r.kernel_name,
+            "Kernel_Id {} names two kernels",
+            r.kernel_id
+        );
+        if let Some(k) = report.kernels.get(&r.kernel_name) {
+            assert_eq!(
+                r.grid, k.grid,
+                "grid of dispatch {} ({})",
+                r.dispatch_id, r.kernel_name
+            );
+            assert_eq!(
+                r.workgroup, k.workgroup,
+                "workgroup of dispatch {} ({})",
+                r.dispatch_id, r.kernel_name
+            );
+        }
+    }
+
+    // ---- JSON
+    let json = read_json(&json_path);
+    assert_eq!(
+        json["run"]["pid"].as_u64(),
+        Some(u64::from(report.pid)),
+        "JSON run.pid"
+    );
+    let meta = &json["metadata"];
+    assert_eq!(
+        meta["dispatches"].as_u64(),
+        Some(n),
+        "JSON metadata.dispatches vs CSV rows"
+    );
+    assert_eq!(
+        meta["records_lost"].as_u64(),
+        Some(0),
+        "JSON metadata.records_lost"
+    );
+    let jd = json["kernel_dispatches"]
+        .as_array()
+        .expect("kernel_dispatches");
+    assert_eq!(jd.len() as u64, n, "JSON kernel_dispatches vs CSV rows");
+    let key =
+        |id: u64, corr: u64, name: &str, s: u64, e: u64| format!("{id}/{corr}/{name}/{s}/{e}");
+    let from_csv: BTreeSet<String> = rows
+        .iter()
+        .map(|r| {
+            key(
+                r.dispatch_id,
+                r.correlation_id,
+                &r.kernel_name,
+                r.start,
+                r.end,
+            )
+        })
+        .collect();
+    let from_json: BTreeSet<String> = jd
+        .iter()
+        .map(|d| {
+            let u = |k: &str| {
+                d[k].as_u64()
+                    .unwrap_or_else(|| panic!("JSON dispatch without {k}: {d}"))
+            };
+            key(
+                u("dispatch_id"),
+                u("correlation_id"),
+                d["kernel_name"].as_str().expect("kernel_name"),
+                u("start_ns"),
+                u("end_ns"),
+            )
+        })
+        .collect();
+    assert!(
+        from_csv == from_json,
+        "JSON and CSV disagree on the dispatches"
+    );
+
+    // ---- Perfetto
+    let pftrace = check_pftrace(&trace_path);
+    assert_eq!(
+        pftrace.kernel_slice_total, n,
+        "kernel slices in the .pftrace vs dispatches\n{}",
+        pftrace.report
+    );
+    assert_eq!(
+        pftrace.kernel_slices, per_name,
+        "kernel slices per name in the .pftrace"
+    );
+    assert_eq!(
+        pftrace.bad_durations, 0,
+        "kernel slices with negative duration"
+    );
+    assert_eq!(
+        pftrace.process_pids,
+        BTreeSet::from([u64::from(report.pid)]),
+        "process tracks of the .pftrace"
+    );
+    assert_eq!(
+        pftrace.kernel_flows_by_pid,
+        BTreeMap::from([(u64::from(report.pid), n)]),
+        "every kernel slice needs one flow from an hsa_queue_write slice of pid {}",
+        report.pid
+    );
+    assert_eq!(pftrace.dangling_flows, 0, "flows never terminated");
+
+    TraceFacts {
+        rows,
+        per_name,
+        runtime_kernels,
+        pftrace,
+        json,
+    }
+}
+
+/// File names in `dir`, sorted.
+pub fn list_dir(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Output files of a run (checker side files excluded).
+pub fn output_files(dir: &Path) -> Vec<String> {
+    list_dir(dir)
+        .into_iter()
+        .filter(|f| !f.ends_with(".check.json"))
+        .collect()
+}
+
+/// One line for the test log: what ran, how long, how many dispatches.
+pub fn summary(label: &str, run: &Run, facts: &TraceFacts) {
+    eprintln!(
+        "{label}: {} dispatches ({} runtime kernels), {} kernel names, {:.2}s",
+        facts.rows.len(),
+        facts.runtime_kernels,
+        facts.per_name.len(),
+        run.elapsed.as_secs_f64()
+    );
+}
