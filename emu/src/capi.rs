@@ -155,7 +155,7 @@ pub unsafe extern "C" fn rprof_emu_kernel_name(
 ) -> c_int {
     guard(|| {
         let Ok(e) = emulator() else { return -1 };
-        let Some(name) = crate::kernels::resolve_symbol(&e.memory.view(), kernel_object) else {
+        let Some(name) = crate::kernels::kernel_symbol(&e.memory, kernel_object) else {
             return -1;
         };
         if !buf.is_null() && len > 0 {

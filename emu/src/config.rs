@@ -75,6 +75,9 @@ pub const GPU_MODELS: [GpuModel; 5] = [
     },
 ];
 
+/// Default compute units of the APU layout.
+pub const APU_COMPUTE_UNITS: u32 = 8;
+
 /// Which kernels a duration override applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelKey {
@@ -248,9 +251,14 @@ impl Config {
         Ok(c)
     }
 
-    /// Compute units of GPU `model`.
+    /// Compute units of GPU `model`. An APU defaults to [`APU_COMPUTE_UNITS`]: ROCr reserves scratch for every
+    /// queue of a FULL-profile agent in proportion to the CU count, and 100+ CUs exhaust its 4 GiB aperture.
     pub fn cus_of(&self, model: &GpuModel) -> u32 {
-        self.compute_units.unwrap_or(model.compute_units)
+        self.compute_units.unwrap_or(if self.apu {
+            APU_COMPUTE_UNITS
+        } else {
+            model.compute_units
+        })
     }
 
     /// Duration override for a kernel, by object first, then by name, then the fixed duration.

@@ -28,7 +28,7 @@ use std::time::Duration;
 use hsa_sys::{amd_queue_t, amd_signal_t, hsa_barrier_and_packet_t, hsa_kernel_dispatch_packet_t};
 
 use crate::clock::{gpu_ticks_at, now_ns};
-use crate::kernels::{recognise_blit, resolve_symbol, Blit, HostKernel};
+use crate::kernels::{kernel_symbol, recognise_blit, Blit, HostKernel};
 use crate::Emulator;
 
 const PACKET_BYTES: usize = 64;
@@ -584,7 +584,7 @@ impl CpThread {
         if let Some(k) = self.kernel_cache.get(&object) {
             return k.clone();
         }
-        let name = resolve_symbol(&self.emu.memory.view(), object);
+        let name = kernel_symbol(&self.emu.memory, object);
         let info = KernelInfo {
             host: self.emu.host_kernels.lookup(object, name.as_deref()),
             duration_override: self.emu.config.kernel_override(object, name.as_deref()),
@@ -659,15 +659,21 @@ impl CpThread {
             return;
         };
         let ok = match blit {
-            Blit::Copy { dst, src, len } => view.copy(dst as usize, src as usize, len as usize),
-            Blit::Fill { dst, value, count } => view.fill_u32(dst as usize, value, count as usize),
+            Blit::Copy { dst, src, len } => {
+                view.copy(dst as usize, src as usize, len as usize)
+                    || crate::memory::copy_untrusted(dst as usize, src as usize, len as usize)
+            }
+            Blit::Fill { dst, value, count } => {
+                view.fill_u32(dst as usize, value, count as usize)
+                    || crate::memory::fill_untrusted(dst as usize, value, count as usize)
+            }
         };
         if ok {
             self.cp.stats.blits.fetch_add(1, Ordering::Relaxed);
         } else {
             self.cp.stats.blits_skipped.fetch_add(1, Ordering::Relaxed);
             if self.emu.config.log {
-                eprintln!("rprof-emu: blit {blit:?} touches untracked memory; skipped");
+                eprintln!("rprof-emu: blit {blit:?} touches unmapped memory; skipped");
             }
         }
     }

@@ -4,8 +4,11 @@
 //!   `HWData2`, which ROCr stores as the signal's `event_mailbox_ptr`). At most [`MAX_SIGNAL_EVENTS`] exist at once:
 //!   creating one more fails, as KFD does, so ROCr's fallback when events run out is reproduced.
 //! * Other event types (memory, hardware exception, ...) get ids above the signal range and no mailbox.
-//! * Auto-reset events: a wait that returns because of an event consumes its signaled state; an event fired while
-//!   nobody waits stays signaled until a wait consumes it. Manual-reset events stay signaled until reset.
+//! * KFD's firing rule: firing an event wakes *every* thread waiting on it. An auto-reset event fired while
+//!   threads wait on it does not stay signaled; fired while nobody waits, it stays signaled until the next wait
+//!   consumes it (a wait consumes the signaled state of all events it lists when it starts). Manual-reset events
+//!   stay signaled until reset. Several threads may wait on one event (ROCr shares one event among all queues'
+//!   error signals), so "one wake-up consumed by the wrong waiter" must not happen.
 //! * One mutex guards the table; one condition variable wakes every waiter on every fire (waiters re-check their
 //!   own events). That keeps wake-up latency at a futex wake.
 
@@ -32,6 +35,10 @@ pub enum EventError {
 struct Slot {
     signaled: bool,
     manual_reset: bool,
+    /// Threads currently waiting on this event.
+    waiters: u32,
+    /// Incremented by every fire that found waiters: waiters that saw another value are activated.
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +114,8 @@ impl EventTable {
             Slot {
                 signaled,
                 manual_reset,
+                waiters: 0,
+                generation: 0,
             },
         );
         let mailbox = if signal_type {
@@ -135,7 +144,12 @@ impl EventTable {
     pub fn fire(&self, id: u32) -> Result<(), EventError> {
         let mut t = self.lock();
         let slot = t.slots.get_mut(&id).ok_or(EventError::UnknownEvent)?;
-        slot.signaled = true;
+        if slot.waiters > 0 {
+            slot.generation += 1;
+            slot.signaled = slot.manual_reset;
+        } else {
+            slot.signaled = true;
+        }
         t.fired += 1;
         drop(t);
         self.wake.notify_all();
@@ -153,35 +167,52 @@ impl EventTable {
     }
 
     /// Waits for any (or all) of `ids`; `timeout_ms == u32::MAX` waits forever. Consumes the signaled state of the
-    /// auto-reset events it returns for.
+    /// auto-reset events it lists when it starts, as KFD does.
     pub fn wait(&self, ids: &[u32], all: bool, timeout_ms: u32) -> Result<(), EventError> {
         let deadline = (timeout_ms != u32::MAX)
             .then(|| Instant::now() + Duration::from_millis(u64::from(timeout_ms)));
         let mut t = self.lock();
-        loop {
+        // Register: (id, generation seen, activated already).
+        let mut mine: Vec<(u32, u64, bool)> = Vec::with_capacity(ids.len());
+        let mut consumed: Vec<bool> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !t.slots.contains_key(id) {
+                return Err(EventError::UnknownEvent);
+            }
+        }
+        for id in ids {
+            let slot = t.slots.get_mut(id).ok_or(EventError::UnknownEvent)?;
+            let activated = slot.signaled;
+            consumed.push(activated && !slot.manual_reset);
+            if !slot.manual_reset {
+                slot.signaled = false;
+            }
+            slot.waiters += 1;
+            mine.push((*id, slot.generation, activated));
+        }
+        let result = loop {
             let mut any = false;
             let mut every = true;
-            for id in ids {
-                let slot = t.slots.get(id).ok_or(EventError::UnknownEvent)?;
-                any |= slot.signaled;
-                every &= slot.signaled;
+            for (id, generation, activated) in mine.iter_mut() {
+                match t.slots.get(id) {
+                    Some(slot) => {
+                        *activated |=
+                            slot.generation != *generation || (slot.manual_reset && slot.signaled);
+                    }
+                    None => *activated = true, // destroyed while waiting: wake up
+                }
+                any |= *activated;
+                every &= *activated;
             }
             if (all && every) || (!all && any) {
-                for id in ids {
-                    if let Some(slot) = t.slots.get_mut(id) {
-                        if slot.signaled && !slot.manual_reset {
-                            slot.signaled = false;
-                        }
-                    }
-                }
-                return Ok(());
+                break Ok(());
             }
             t = match deadline {
                 None => self.wake.wait(t).unwrap_or_else(|e| e.into_inner()),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        return Err(EventError::Timeout);
+                        break Err(EventError::Timeout);
                     }
                     self.wake
                         .wait_timeout(t, d - now)
@@ -189,7 +220,17 @@ impl EventTable {
                         .0
                 }
             };
+        };
+        for ((id, _, _), was_signaled) in mine.iter().zip(&consumed) {
+            if let Some(slot) = t.slots.get_mut(id) {
+                slot.waiters -= 1;
+                // A wait that times out gives back the signaled state it consumed when it started.
+                if result.is_err() && *was_signaled {
+                    slot.signaled = true;
+                }
+            }
         }
+        result
     }
 
     /// Id of the signal event whose mailbox is at `addr`, if `addr` is one of ours.
@@ -221,6 +262,27 @@ mod tests {
         t.fire(id).unwrap();
         assert_eq!(t.wait(&[id], false, 0), Ok(()));
         assert_eq!(t.wait(&[id], false, 1), Err(EventError::Timeout));
+    }
+
+    #[test]
+    fn a_fire_wakes_every_waiter_of_an_event() {
+        let t = Arc::new(EventTable::new());
+        let id = t.create(true, false, false).unwrap().0;
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || t.wait(&[id], false, 5_000))
+            })
+            .collect();
+        while t.lock().slots[&id].waiters < 3 {
+            std::thread::yield_now();
+        }
+        t.fire(id).unwrap();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), Ok(()));
+        }
+        // The fire found waiters, so it did not leave the event signaled.
+        assert_eq!(t.wait(&[id], false, 0), Err(EventError::Timeout));
     }
 
     #[test]

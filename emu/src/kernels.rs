@@ -200,6 +200,64 @@ pub fn resolve_symbol(view: &MemoryView<'_>, kernel_object: u64) -> Option<Strin
     None
 }
 
+/// Copies `len` bytes at `addr` of this process without trusting that they are mapped: `process_vm_readv` on our
+/// own pid reports `EFAULT` instead of crashing on an unmapped address.
+fn read_untracked(addr: usize, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: `local` describes our own writable buffer of `len` bytes; the kernel validates `remote` and fails
+    // with EFAULT rather than faulting if it is not mapped.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == len as isize).then_some(buf)
+}
+
+/// Like [`resolve_symbol`] for code objects outside tracked memory (the APU layout loads them into memory ROCr
+/// maps itself). Reads only through [`read_untracked`], so a bad address yields `None`, never a fault.
+pub fn resolve_symbol_untracked(kernel_object: u64) -> Option<String> {
+    let ko = kernel_object as usize;
+    let mut start = ko & !0xfff;
+    for _ in 0..256 {
+        let head = read_untracked(start, 64)?;
+        if head.get(0..4) == Some(b"\x7fELF") {
+            let phoff = rd_u64(&head, 32)? as usize;
+            let phnum = rd_u16(&head, 56)? as usize;
+            let phdrs = read_untracked(start, phoff.checked_add(phnum.checked_mul(56)?)?)?;
+            let span = (0..phnum)
+                .filter_map(|i| {
+                    let ph = phoff + i * 56;
+                    (rd_u32(&phdrs, ph)? == PT_LOAD)
+                        .then(|| rd_u64(&phdrs, ph + 16)?.checked_add(rd_u64(&phdrs, ph + 40)?))?
+                })
+                .max()? as usize;
+            if span <= 64 << 20 && ko < start + span {
+                let image = read_untracked(start, span)?;
+                if let Some(name) = symbol_at(&image, (ko - start) as u64) {
+                    return Some(name);
+                }
+            }
+        }
+        start = start.checked_sub(0x1000)?;
+    }
+    None
+}
+
+/// Symbol name of a kernel object, from tracked memory or, failing that, through safe reads of untracked memory.
+pub fn kernel_symbol(memory: &crate::memory::MemoryTable, kernel_object: u64) -> Option<String> {
+    let view = memory.view();
+    if let Some(name) = resolve_symbol(&view, kernel_object) {
+        return Some(name);
+    }
+    drop(view);
+    resolve_symbol_untracked(kernel_object)
+}
+
 /// A host operation standing in for one of ROCr's blit kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Blit {

@@ -121,6 +121,45 @@ impl MemoryView<'_> {
     }
 }
 
+/// Copies `len` bytes between addresses of this process that may be untracked, without trusting them:
+/// `process_vm_writev` on our own pid reports `EFAULT` instead of crashing. Returns whether all bytes were copied.
+/// (On an APU any host memory is GPU-accessible, so ROCr hands blits plain host pointers.)
+pub fn copy_untrusted(dst: usize, src: usize, len: usize) -> bool {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec {
+            iov_base: (src + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (dst + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the kernel validates both ranges and fails with EFAULT instead of faulting; nothing is read or
+        // written through Rust references.
+        let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+/// Fills `count` dwords at a possibly untracked `dst` through [`copy_untrusted`].
+pub fn fill_untrusted(dst: usize, value: u32, count: usize) -> bool {
+    let chunk: Vec<u32> = vec![value; count.clamp(1, 16384)];
+    let mut done = 0usize;
+    while done < count {
+        let n = (count - done).min(chunk.len());
+        if !copy_untrusted(dst + done * 4, chunk.as_ptr() as usize, n * 4) {
+            return false;
+        }
+        done += n;
+    }
+    true
+}
+
 /// Figures for tests and the stats API.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryStats {

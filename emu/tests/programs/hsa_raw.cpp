@@ -56,6 +56,9 @@ static hsa_status_t find_gpu_pools(hsa_amd_memory_pool_t p, void*) {
   hsa_amd_segment_t seg;
   CHECK(hsa_amd_memory_pool_get_info(p, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &seg));
   if (seg != HSA_AMD_SEGMENT_GLOBAL || g_have_device_pool) return HSA_STATUS_SUCCESS;
+  bool alloc_ok = false;
+  CHECK(hsa_amd_memory_pool_get_info(p, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc_ok));
+  if (!alloc_ok) return HSA_STATUS_SUCCESS;
   g_device_pool = p;
   g_have_device_pool = true;
   return HSA_STATUS_SUCCESS;
@@ -79,6 +82,7 @@ static void init() {
   g_gpu = g_gpus[0];
   CHECK(hsa_amd_agent_iterate_memory_pools(g_cpu, find_cpu_pools, nullptr));
   CHECK(hsa_amd_agent_iterate_memory_pools(g_gpu, find_gpu_pools, nullptr));
+  if (!g_have_device_pool) g_device_pool = g_fine_pool;  // APU: no device-local pool
 }
 
 struct Kernel {
@@ -258,7 +262,8 @@ static int mode_main(const char* code_object) {
   load_code_object(code_object);
   Kernel vadd = kernel("vadd.kd"), empty = kernel("empty.kd"), slow = kernel("slow.kd"), rpc = kernel("rpc.kd");
   char kname[64];
-  rprof_emu_kernel_name(vadd.object, kname, sizeof kname);
+  int kname_len = rprof_emu_kernel_name(vadd.object, kname, sizeof kname);
+  if (kname_len < 0) snprintf(kname, sizeof kname, "<unknown %lx>", (unsigned long)vadd.object);
   printf("kname_vadd=%s\n", kname);
   printf("kernarg_size_vadd=%u\n", vadd.kernarg_size);
   if (rprof_emu_register_kernel("vadd", vadd_host, &g_vadd_calls) != 0) return 4;

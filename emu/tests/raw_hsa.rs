@@ -1,0 +1,170 @@
+//! Runs the raw-HSA program (`programs/hsa_raw.cpp`) on the real Debian ROCr 5.2.3 over the emulated GPU.
+mod common;
+
+use common::{code_object, hsa_raw, run};
+
+#[test]
+fn dispatch_barriers_waits_profiling_copies() {
+    let co = code_object("gfx90a");
+    let r = run(
+        &hsa_raw(),
+        &["main", co.to_str().unwrap()],
+        &[("RPROF_EMU_KERNEL_NS", "slow=500000")],
+    );
+    assert_eq!(r.int("gpu_count"), 1);
+    assert_eq!(r.get("gpu0_name"), "gfx90a");
+    assert_eq!(r.get("gpu0_product"), "Emulated AMD Instinct MI210");
+    assert_eq!(r.int("gpu0_cus"), 104);
+    assert_eq!(r.get("gpu0_profile"), "base");
+    // Kernel-name resolution from the loaded code object.
+    assert_eq!(r.get("kname_vadd"), "vadd");
+    assert_eq!(r.int("kernarg_size_vadd"), 28);
+    // Host kernel computed the result.
+    assert_eq!(r.int("vadd_wrong"), 0);
+    assert_eq!(r.int("vadd_calls"), 1);
+    // 4 threads x (100 serial + 50 in flight).
+    assert_eq!(r.int("mt_completed"), 600);
+    assert_eq!(r.int("barrier_and_held"), 1);
+    assert_eq!(r.int("barrier_and_released"), 1);
+    assert_eq!(r.int("barrier_or_held"), 1);
+    assert_eq!(r.int("barrier_or_released"), 1);
+    assert_eq!(r.int("device_woken_value"), 3);
+    assert_eq!(r.int("host_woken_value"), 0);
+    assert_eq!(r.int("async_calls"), 1);
+    assert_eq!(r.int("async_value"), 0);
+    // Time model: `slow` is overridden to 500 µs; vadd (2048 items / 64 = 32 workgroups on 104 CUs) takes
+    // 2 µs + ceil(32/104) x 1 µs. Ticks are 10 ns, so the translated durations are exact.
+    assert_eq!(r.int("prof_slow_ns"), 500_000);
+    assert_eq!(r.int("prof_vadd_ns"), 3_000);
+    assert_eq!(r.int("prof_order_ok"), 1);
+    assert_eq!(r.int("memory_copy_ok"), 1);
+    assert_eq!(r.int("async_copy_ok"), 1);
+    assert_eq!(r.int("fill_ok"), 1);
+    assert_eq!(r.int("dev_pointer_type"), 1, "HSA_EXT_POINTER_TYPE_HSA");
+    assert_eq!(r.int("dev_pointer_owner_is_gpu"), 1);
+    assert_eq!(r.int("stats_faults"), 0);
+    assert_eq!(r.int("stats_blits_skipped"), 0);
+    assert_eq!(r.int("stats_blits_nonzero"), 1);
+    // vadd twice (host kernel) + rpc once.
+    assert_eq!(r.int("stats_host_kernels"), 3);
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn apu_layout_runs_the_same_program() {
+    let co = code_object("gfx90a");
+    let r = run(
+        &hsa_raw(),
+        &["main", co.to_str().unwrap()],
+        &[
+            ("RPROF_EMU_APU", "1"),
+            ("RPROF_EMU_KERNEL_NS", "slow=500000"),
+        ],
+    );
+    assert_eq!(r.get("gpu0_profile"), "full");
+    assert_eq!(r.int("vadd_wrong"), 0);
+    assert_eq!(r.int("mt_completed"), 600);
+    assert_eq!(r.int("prof_slow_ns"), 500_000);
+    assert_eq!(r.int("memory_copy_ok"), 1);
+    assert_eq!(r.int("async_copy_ok"), 1);
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn several_gpus_and_isas() {
+    let r = run(
+        &hsa_raw(),
+        &["topology"],
+        &[
+            ("RPROF_EMU_GPUS", "gfx90a,gfx908,gfx906,gfx900,gfx1030"),
+            ("RPROF_EMU_CUS", "8"),
+        ],
+    );
+    assert_eq!(r.int("gpu_count"), 5);
+    for (i, name) in ["gfx90a", "gfx908", "gfx906", "gfx900", "gfx1030"]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(r.get(&format!("gpu{i}_name")), *name);
+        assert_eq!(r.int(&format!("gpu{i}_cus")), 8);
+    }
+    assert_eq!(r.get("gpu4_product"), "Emulated AMD Radeon RX 6800 XT");
+    assert_eq!(r.int("gpus_completed"), 5);
+}
+
+#[test]
+fn other_isa_runs_its_code_object() {
+    let co = code_object("gfx908");
+    let r = run(
+        &hsa_raw(),
+        &["main", co.to_str().unwrap()],
+        &[
+            ("RPROF_EMU_GPUS", "gfx908"),
+            ("RPROF_EMU_KERNEL_NS", "slow=500000"),
+        ],
+    );
+    assert_eq!(r.get("gpu0_name"), "gfx908");
+    assert_eq!(r.get("kname_vadd"), "vadd");
+    assert_eq!(r.int("vadd_wrong"), 0);
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn invalid_packets_raise_queue_errors() {
+    let r = run(&hsa_raw(), &["fault"], &[]);
+    assert_eq!(r.int("bad_type_errors"), 1);
+    assert_eq!(
+        r.int("bad_type_status") as u32,
+        hsa_sys::HSA_STATUS_ERROR_INVALID_PACKET_FORMAT
+    );
+    assert_eq!(
+        r.int("bad_type_signal"),
+        1,
+        "a faulted packet never completes"
+    );
+    assert_eq!(r.int("null_kernel_errors"), 1);
+    assert_eq!(
+        r.int("null_kernel_status") as u32,
+        hsa_sys::HSA_STATUS_ERROR_INVALID_CODE_OBJECT
+    );
+    assert_eq!(r.int("null_kernel_signal"), 1);
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn no_leaks_over_a_long_run() {
+    let r = run(&hsa_raw(), &["leak"], &[]);
+    for key in [
+        "leak_allocations",
+        "leak_bytes",
+        "leak_registrations",
+        "leak_events",
+        "leak_queues",
+    ] {
+        assert_eq!(r.int(key), 0, "{key}");
+    }
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn signal_event_limit_falls_back() {
+    let r = run(&hsa_raw(), &["events"], &[]);
+    assert_eq!(r.int("signals"), 5000);
+    assert_eq!(r.int("live_events_at_most_4096"), 1);
+    assert_eq!(r.int("waits_ok"), 2);
+    assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn bad_configuration_is_refused() {
+    let program = hsa_raw();
+    let out = std::process::Command::new(&program)
+        .arg("topology")
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("RPROF_EMU_GPUS", "gfx4242")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "hsa_init must fail");
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("rprof-emu: bad configuration: GPUS: unknown ISA 'gfx4242'"));
+}
