@@ -28,7 +28,7 @@ use std::time::Duration;
 use hsa_sys::{amd_queue_t, amd_signal_t, hsa_barrier_and_packet_t, hsa_kernel_dispatch_packet_t};
 
 use crate::clock::{gpu_ticks_at, now_ns};
-use crate::kernels::{kernel_symbol, recognise_blit, Blit, HostKernel};
+use crate::kernels::{kernel_symbol, recognise_blit, Blit, HostKernel, RocclrBlit};
 use crate::Emulator;
 
 const PACKET_BYTES: usize = 64;
@@ -590,6 +590,13 @@ impl CpThread {
             duration_override: self.emu.config.kernel_override(object, name.as_deref()),
             name,
         };
+        if self.emu.config.log {
+            eprintln!(
+                "rprof-emu: kernel object {object:#x} = {:?} (host implementation: {})",
+                info.name,
+                info.host.is_some()
+            );
+        }
         self.kernel_cache.insert(object, info.clone());
         info
     }
@@ -622,7 +629,11 @@ impl CpThread {
             // packet's kernarg pointer, exactly what a real kernel would see.
             unsafe { (h.func)(p, p.kernarg_address, h.user_data as *mut libc::c_void) };
             self.cp.stats.host_kernels.fetch_add(1, Ordering::Relaxed);
-        } else if info.name.is_none() {
+        } else if let Some(name) = info.name.as_deref() {
+            if name.starts_with("__amd_rocclr_") {
+                self.try_rocclr_blit(name, p);
+            }
+        } else {
             self.try_blit(p, node.fcompute_cores);
         }
         let duration = info
@@ -645,6 +656,64 @@ impl CpThread {
         }
         q.inflight += 1;
         Launch::Started
+    }
+
+    fn try_rocclr_blit(&self, name: &str, p: &hsa_kernel_dispatch_packet_t) {
+        let karg = p.kernarg_address as usize;
+        let Some(args) = crate::kernels::read_untracked_pub(karg, 64) else {
+            return;
+        };
+        let Some(blit) = crate::kernels::rocclr_blit(name, &args) else {
+            return;
+        };
+        let ok = match blit {
+            RocclrBlit::Copy { dst, src, len } => {
+                self.emu
+                    .memory
+                    .view()
+                    .copy(dst as usize, src as usize, len as usize)
+                    || crate::memory::copy_untrusted(dst as usize, src as usize, len as usize)
+            }
+            RocclrBlit::Fill {
+                dst,
+                pattern,
+                pattern_len,
+                repeats,
+            } => match crate::kernels::read_untracked_pub(pattern as usize, pattern_len as usize) {
+                Some(pat) if !pat.is_empty() && repeats.saturating_mul(pattern_len) <= 1 << 40 => {
+                    let total = (repeats * pattern_len) as usize;
+                    let chunk: Vec<u8> = pat
+                        .iter()
+                        .copied()
+                        .cycle()
+                        .take(total.min(1 << 20).max(pat.len()))
+                        .collect();
+                    let step = chunk.len() - chunk.len() % pat.len();
+                    let mut done = 0usize;
+                    let mut ok = true;
+                    while ok && done < total {
+                        let n = (total - done).min(step);
+                        ok = crate::memory::copy_untrusted(
+                            dst as usize + done,
+                            chunk.as_ptr() as usize,
+                            n,
+                        );
+                        done += n;
+                    }
+                    ok
+                }
+                _ => false,
+            },
+        };
+        let counter = if ok {
+            &self.cp.stats.blits
+        } else {
+            &self.cp.stats.blits_skipped
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if !ok && self.emu.config.log {
+            eprintln!("rprof-emu: {name} {blit:?} touches unmapped memory; skipped");
+        }
     }
 
     fn try_blit(&self, p: &hsa_kernel_dispatch_packet_t, fcompute_cores: u32) {

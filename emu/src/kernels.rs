@@ -218,6 +218,11 @@ fn read_untracked(addr: usize, len: usize) -> Option<Vec<u8>> {
     (n == len as isize).then_some(buf)
 }
 
+/// [`read_untracked`] for the command processor (kernargs and fill patterns of HIP's blit kernels).
+pub fn read_untracked_pub(addr: usize, len: usize) -> Option<Vec<u8>> {
+    read_untracked(addr, len)
+}
+
 /// Like [`resolve_symbol`] for code objects outside tracked memory (the APU layout loads them into memory ROCr
 /// maps itself). Reads only through [`read_untracked`], so a bad address yields `None`, never a fault.
 pub fn resolve_symbol_untracked(kernel_object: u64) -> Option<String> {
@@ -256,6 +261,94 @@ pub fn kernel_symbol(memory: &crate::memory::MemoryTable, kernel_object: u64) ->
     }
     drop(view);
     resolve_symbol_untracked(kernel_object)
+}
+
+/// HIP's (ROCclr's) own blit kernels, which HIP dispatches by name from its runtime code object for device-to-device
+/// copies and fills. The emulator runs them on the host; their kernarg layouts are those of the OpenCL kernels
+/// `__amd_rocclr_copyBuffer(src, dst, ulong srcOrigin, ulong dstOrigin, ulong size, uint remain)`,
+/// `__amd_rocclr_copyBufferAligned(src, dst, ulong srcOrigin, ulong dstOrigin, ulong size, uint alignment)` and
+/// `__amd_rocclr_fillBufferAligned(uchar*, ushort*, uint*, ulong*, pattern, uint patternSize, ulong offset,
+/// ulong size)`, with the argument conventions ROCclr 5.2 uses when it sets them (unaligned copies pass
+/// `size = bytes / 4 + 1` and `remain = bytes % 4`; fills pass one non-null buffer whose element size is the unit of
+/// `patternSize` and `offset`, and `size` pattern repetitions).
+pub fn rocclr_blit(name: &str, kernarg: &[u8]) -> Option<RocclrBlit> {
+    match name {
+        "__amd_rocclr_copyBuffer" => {
+            let (src, dst, so, doff, size, remain) = (
+                rd_u64(kernarg, 0)?,
+                rd_u64(kernarg, 8)?,
+                rd_u64(kernarg, 16)?,
+                rd_u64(kernarg, 24)?,
+                rd_u64(kernarg, 32)?,
+                rd_u32(kernarg, 40)?,
+            );
+            let len = size
+                .checked_sub(1)?
+                .checked_mul(4)?
+                .checked_add(u64::from(remain))?;
+            Some(RocclrBlit::Copy {
+                dst: dst.checked_add(doff)?,
+                src: src.checked_add(so)?,
+                len,
+            })
+        }
+        "__amd_rocclr_copyBufferAligned" => {
+            let align = u64::from(rd_u32(kernarg, 40)?.max(1));
+            let (src, dst) = (rd_u64(kernarg, 0)?, rd_u64(kernarg, 8)?);
+            let (so, doff, size) = (
+                rd_u64(kernarg, 16)?,
+                rd_u64(kernarg, 24)?,
+                rd_u64(kernarg, 32)?,
+            );
+            Some(RocclrBlit::Copy {
+                dst: dst.checked_add(doff.checked_mul(align)?)?,
+                src: src.checked_add(so.checked_mul(align)?)?,
+                len: size.checked_mul(align)?,
+            })
+        }
+        "__amd_rocclr_fillBufferAligned" => {
+            let (unit, base) = [1u64, 2, 4, 8].iter().enumerate().find_map(|(i, unit)| {
+                rd_u64(kernarg, i * 8)
+                    .filter(|p| *p != 0)
+                    .map(|p| (*unit, p))
+            })?;
+            let pattern = rd_u64(kernarg, 32)?;
+            let pattern_len = u64::from(rd_u32(kernarg, 40)?).checked_mul(unit)?;
+            let (offset, reps) = (rd_u64(kernarg, 48)?, rd_u64(kernarg, 56)?);
+            Some(RocclrBlit::Fill {
+                dst: base.checked_add(offset.checked_mul(unit)?)?,
+                pattern,
+                pattern_len,
+                repeats: reps,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A host operation standing in for one of HIP's blit kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RocclrBlit {
+    /// memmove.
+    Copy {
+        /// Destination.
+        dst: u64,
+        /// Source.
+        src: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Repeat the `pattern_len` bytes at `pattern` `repeats` times at `dst`.
+    Fill {
+        /// Destination.
+        dst: u64,
+        /// Pattern address.
+        pattern: u64,
+        /// Pattern bytes.
+        pattern_len: u64,
+        /// Repetitions.
+        repeats: u64,
+    },
 }
 
 /// A host operation standing in for one of ROCr's blit kernels.
@@ -484,6 +577,43 @@ mod tests {
         assert!(r.lookup(8, None).is_none());
         assert!(r.unregister(&HostKernelKey::Name("k".into())));
         assert!(r.lookup(8, Some("k")).is_none());
+    }
+
+    #[test]
+    fn rocclr_blit_arguments() {
+        let mut k = vec![0u8; 64];
+        let put =
+            |k: &mut Vec<u8>, off: usize, v: u64| k[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        put(&mut k, 0, 0x1000);
+        put(&mut k, 8, 0x2000);
+        put(&mut k, 16, 3);
+        put(&mut k, 24, 5);
+        put(&mut k, 32, 11); // 10 whole dwords + remain
+        k[40..44].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(
+            rocclr_blit("__amd_rocclr_copyBuffer", &k),
+            Some(RocclrBlit::Copy {
+                dst: 0x2005,
+                src: 0x1003,
+                len: 42
+            })
+        );
+        let mut f = vec![0u8; 64];
+        put(&mut f, 16, 0x8000); // uint buffer
+        put(&mut f, 32, 0x9000);
+        f[40..44].copy_from_slice(&2u32.to_le_bytes()); // 2 uints of pattern
+        put(&mut f, 48, 4);
+        put(&mut f, 56, 100);
+        assert_eq!(
+            rocclr_blit("__amd_rocclr_fillBufferAligned", &f),
+            Some(RocclrBlit::Fill {
+                dst: 0x8010,
+                pattern: 0x9000,
+                pattern_len: 8,
+                repeats: 100
+            })
+        );
+        assert_eq!(rocclr_blit("user_kernel", &f), None);
     }
 
     #[test]
