@@ -1,0 +1,412 @@
+//! The `rpc-doorbell` workload (LLVM libc's GPU RPC doorbell protocol, `tests/programs/rpc_doorbell.cpp`) on the
+//! real ROCr over the emulated GPU, untraced: its own checks pass and its printed counts are exact.
+//!
+//! Needs the emulator built beforehand (`cargo build --workspace` leaves `<target>/debug/libhsakmt.so`, where
+//! `<target>` is `CARGO_TARGET_DIR` or `<repo>/target`), `g++` and `clang-15`. The workload is built by
+//! `scripts/build-workloads.sh <target>/workloads`, which rebuilds only what changed.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Longest a run may take before the test kills it and calls it a hang (a lost wake-up).
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `<target>`: `CARGO_TARGET_DIR` (relative to the repository if relative), else `<repo>/target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => repo().join(d),
+        None => repo().join("target"),
+    }
+}
+
+/// What the tests need, prepared once per test binary.
+#[derive(Debug)]
+struct Setup {
+    /// Directory holding `libhsakmt.so.1` (a symlink to the emulator), for `LD_LIBRARY_PATH`.
+    emu_dir: PathBuf,
+    /// The built workload.
+    program: PathBuf,
+    /// Scratch directory for run outputs.
+    scratch: PathBuf,
+}
+
+fn setup() -> &'static Setup {
+    static SETUP: OnceLock<Setup> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        let target = target_dir();
+        let emu = target.join("debug/libhsakmt.so");
+        assert!(
+            emu.is_file(),
+            "the emulated GPU library {} is missing: build it first with `cargo build --workspace` (same \
+             CARGO_TARGET_DIR as this test)",
+            emu.display()
+        );
+        let emu_dir = target.join("rprof-emu-test");
+        std::fs::create_dir_all(&emu_dir).unwrap();
+        // Replace the link atomically: other test binaries may use the same directory at the same time.
+        let tmp = emu_dir.join(format!("libhsakmt.so.1.tmp{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&emu, &tmp).unwrap();
+        std::fs::rename(&tmp, emu_dir.join("libhsakmt.so.1")).unwrap();
+
+        let out = target.join("workloads");
+        let build = Command::new("bash")
+            .arg(repo().join("scripts/build-workloads.sh"))
+            .arg(&out)
+            .output()
+            .expect("bash runs scripts/build-workloads.sh");
+        assert!(
+            build.status.success(),
+            "scripts/build-workloads.sh failed:\n{}{}",
+            String::from_utf8_lossy(&build.stdout),
+            String::from_utf8_lossy(&build.stderr)
+        );
+        let program = out.join("rpc-doorbell");
+        assert!(program.is_file() && out.join("rpc_kernels.hsaco").is_file());
+        let scratch = target.join("rpc-workload-tests");
+        std::fs::create_dir_all(&scratch).unwrap();
+        Setup { emu_dir, program, scratch }
+    })
+}
+
+/// One finished run of the workload.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    /// `RPC` lines as `key=value`; keys of a line that starts with a word (`RPC kinds print=..`) are prefixed with
+    /// it (`kinds.print`).
+    values: HashMap<String, String>,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn get(&self, key: &str) -> &str {
+        self.values.get(key).unwrap_or_else(|| {
+            panic!(
+                "no '{key}' in the output:\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    fn int(&self, key: &str) -> u64 {
+        let v = self.get(key);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{key}={v} is not a count"))
+    }
+
+    fn assert_ok(&self) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "rpc-doorbell failed:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        assert_eq!(self.get("result"), "ok");
+        assert!(!self.values.contains_key("check_failed"), "{}", self.stdout);
+    }
+
+    /// The counts every passing run must show for `kernels x lanes x calls`.
+    fn assert_counts(&self, kernels: u64, lanes: u64, calls: u64) {
+        self.assert_ok();
+        let total = kernels * lanes * calls;
+        assert_eq!(self.int("calls"), total, "{}", self.stdout);
+        assert_eq!(self.int("served"), total, "{}", self.stdout);
+        assert_eq!(self.int("kernels"), kernels);
+        assert_eq!(self.int("shutdown_wakes"), 1);
+        // Kinds go by request id modulo 3: print, alloc, slow.
+        assert_eq!(self.int("kinds.print"), total.div_ceil(3));
+        assert_eq!(self.int("kinds.alloc"), (total + 1) / 3);
+        assert_eq!(self.int("kinds.slow"), total / 3);
+        // Every 0 -> 1 ring is followed by its own wake; a wake without a ring is a wait that found the doorbell
+        // already non-zero. A wake serves at least one call.
+        let (rings, wakes) = (self.int("rings"), self.int("wakes"));
+        assert!(
+            rings >= 1 && rings <= wakes && wakes <= total,
+            "rings={rings} wakes={wakes}"
+        );
+        assert!(self.int("batches.max") >= 1 && self.int("batches.max") <= total);
+        assert_eq!(
+            self.int("wake_latency_ns.samples"),
+            rings,
+            "one latency per ring"
+        );
+    }
+}
+
+fn parse(stdout: &str) -> HashMap<String, String> {
+    let mut values = HashMap::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("RPC ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace().peekable();
+        let prefix = match words.peek() {
+            Some(w) if !w.contains('=') => words.next().map(|w| format!("{w}.")),
+            _ => None,
+        };
+        for kv in words {
+            if let Some((k, v)) = kv.split_once('=') {
+                values.insert(
+                    format!("{}{k}", prefix.as_deref().unwrap_or("")),
+                    v.to_string(),
+                );
+            }
+        }
+    }
+    values
+}
+
+/// Runs the workload over the emulator; kills it and fails the test after [`RUN_TIMEOUT`].
+fn run(args: &[&str]) -> Run {
+    let s = setup();
+    let mut cmd = Command::new(&s.program);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", &s.emu_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().to_string();
+        if k.starts_with("RPROF_EMU_") || k == "HSA_TOOLS_LIB" || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("rpc-doorbell starts");
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_reader.join().unwrap();
+            panic!(
+                "rpc-doorbell {args:?} hung (killed after {RUN_TIMEOUT:?}; a lost wake-up?):\n{stdout}\nstderr:\n{}",
+                err_reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out_reader.join().unwrap();
+    let stderr = err_reader.join().unwrap();
+    let values = parse(&stdout);
+    Run {
+        code: status.code(),
+        stdout,
+        stderr,
+        values,
+        elapsed: start.elapsed(),
+    }
+}
+
+#[test]
+fn small_default_run_answers_every_call_once() {
+    let r = run(&[]);
+    r.assert_counts(4, 8, 4);
+    assert_eq!(r.get("config.kernels"), "4");
+    assert_eq!(r.get("config.lanes"), "8");
+    assert_eq!(r.get("config.calls"), "4");
+    assert_eq!(
+        r.int("doorbell_event"),
+        1,
+        "a fresh interrupt signal has an event mailbox"
+    );
+}
+
+#[test]
+fn thousands_of_calls_from_many_kernels_lose_no_wake_up() {
+    // The server waits without a timeout: a lost wake-up would leave it asleep with calls pending, which the
+    // program reports after 45 s and the harness kills after 60 s.
+    let r = run(&[
+        "--kernels",
+        "32",
+        "--lanes",
+        "16",
+        "--calls",
+        "8",
+        "--queues",
+        "4",
+        "--wait-timeout-ms",
+        "0",
+        "--deadline-s",
+        "45",
+    ]);
+    r.assert_counts(32, 16, 8);
+    assert_eq!(r.int("calls"), 4096);
+    assert_eq!(
+        r.int("timeouts"),
+        0,
+        "a wait without timeout cannot time out"
+    );
+    assert_eq!(r.get("config.queues"), "4");
+    eprintln!("load: {:?}\n{}", r.elapsed, r.stdout);
+}
+
+#[test]
+fn spread_out_launches_sleep_and_wake_many_times() {
+    // Launch gaps let the server drain the ring and sleep between kernels, so there are many 0 -> 1 rings and
+    // wakes, from four queues at once; the wake log has a row per wake.
+    let log = setup().scratch.join("spread-wakes.csv");
+    let _ = std::fs::remove_file(&log);
+    let r = run(&[
+        "--kernels",
+        "64",
+        "--lanes",
+        "8",
+        "--calls",
+        "4",
+        "--queues",
+        "4",
+        "--launch-gap-us",
+        "1000",
+        "--wait-timeout-ms",
+        "0",
+        "--deadline-s",
+        "45",
+        "--wake-log",
+        log.to_str().unwrap(),
+    ]);
+    r.assert_counts(64, 8, 4);
+    assert_eq!(r.int("timeouts"), 0);
+    assert!(
+        r.int("rings") >= 2,
+        "launches 1 ms apart must ring more than once:\n{}",
+        r.stdout
+    );
+    let csv = std::fs::read_to_string(&log).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("wake,sleep_begin_ns,wake_ns,serve_end_ns,value_at_wake,served,timeouts,ring_ns")
+    );
+    let rows: Vec<Vec<u64>> = lines
+        .map(|l| {
+            l.split(',')
+                .map(|f| f.parse::<i64>().unwrap() as u64)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len() as u64, r.int("wakes"));
+    assert_eq!(
+        rows.iter().map(|r| r[5]).sum::<u64>(),
+        64 * 8 * 4,
+        "served per wake adds up to the calls"
+    );
+    assert_eq!(
+        rows.iter().filter(|r| r[7] != 0).count() as u64,
+        r.int("rings"),
+        "a ring time per rung wake"
+    );
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row[0], i as u64);
+        assert!(
+            row[1] <= row[2] && row[2] <= row[3],
+            "sleep <= wake <= serve end: {row:?}"
+        );
+        assert!(
+            row[5] >= 1 && row[5] as i64 <= row[4] as i64,
+            "serves at most the value seen: {row:?}"
+        );
+        if row[7] != 0 {
+            assert!(row[7] <= row[2], "ring before wake: {row:?}");
+        }
+        if i > 0 {
+            assert!(rows[i - 1][3] <= row[1], "wakes do not overlap");
+        }
+    }
+}
+
+#[test]
+fn doorbell_without_event_still_works() {
+    let r = run(&["--exhaust-events"]);
+    r.assert_counts(4, 8, 4);
+    assert_eq!(
+        r.int("doorbell_event"),
+        0,
+        "the event budget was used up before the doorbell was created"
+    );
+    assert_eq!(r.int("exhausted"), 1);
+    assert!(r.int("exhaust_signals") > 4000 && r.int("exhaust_signals") <= 4097);
+    // Under load too, with the polling wait.
+    let r = run(&[
+        "--exhaust-events",
+        "--kernels",
+        "32",
+        "--lanes",
+        "16",
+        "--calls",
+        "8",
+        "--queues",
+        "4",
+        "--deadline-s",
+        "45",
+    ]);
+    r.assert_counts(32, 16, 8);
+    assert_eq!(r.int("doorbell_event"), 0);
+}
+
+#[test]
+fn help_and_bad_options() {
+    let r = run(&["--help"]);
+    assert_eq!(r.code, Some(0));
+    assert!(
+        r.stdout.contains("WITHOUT waiting for replies"),
+        "{}",
+        r.stdout
+    );
+    for opt in [
+        "--kernels",
+        "--lanes",
+        "--calls",
+        "--slow-us",
+        "--queues",
+        "--exhaust-events",
+        "--code-object",
+    ] {
+        assert!(r.stdout.contains(opt), "--help lists {opt}");
+    }
+    let r = run(&["--lanes", "2000"]);
+    assert_eq!(r.code, Some(2));
+    assert!(
+        r.stderr
+            .contains("--lanes: '2000' is not a number in 1..1024"),
+        "{}",
+        r.stderr
+    );
+    let r = run(&["--bogus"]);
+    assert_eq!(r.code, Some(2));
+    let r = run(&["--code-object", "/nonexistent/rpc_kernels.hsaco"]);
+    assert_eq!(r.code, Some(2));
+    assert!(
+        r.stderr
+            .contains("cannot open code object /nonexistent/rpc_kernels.hsaco"),
+        "{}",
+        r.stderr
+    );
+}
