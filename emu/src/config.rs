@@ -108,6 +108,8 @@ pub struct Config {
     pub spin_us: u64,
     /// Longest nap of the idle command processor (µs).
     pub max_nap_us: u64,
+    /// Longest nap after one second without any progress (µs).
+    pub deep_nap_us: u64,
     /// Size of each GPU's frame buffer (MiB).
     pub vram_mib: u64,
     /// Log unusual events (unknown pointers, faults) to stderr.
@@ -126,13 +128,15 @@ impl Default for Config {
             kernel_ns: Vec::new(),
             spin_us: 200,
             max_nap_us: 1_000,
+            deep_nap_us: 4_000,
             vram_mib: 16 * 1024,
             log: false,
         }
     }
 }
 
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
+    "DEEP_NAP_US",
     "GPUS",
     "APU",
     "CUS",
@@ -243,6 +247,7 @@ impl Config {
                 }
                 "SPIN_US" => c.spin_us = parse_u64(k, v)?,
                 "MAX_NAP_US" => c.max_nap_us = parse_u64(k, v)?.max(1),
+                "DEEP_NAP_US" => c.deep_nap_us = parse_u64(k, v)?.max(1),
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
                 "LOG" => c.log = parse_bool(k, v)?,
                 _ => {} // CONFIG: the file itself

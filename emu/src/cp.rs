@@ -17,7 +17,8 @@
 //!    index (`amd_queue_t.read_dispatch_id`) advanced. Invalid packets put the queue in error: ROCr's
 //!    `queue_inactive_signal` gets the hardware error code and its event fires.
 //! 3. Idle policy: after the last progress the thread spins (with `sched_yield`) for `spin_us`; then it naps, starting
-//!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline.
+//!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
+//!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::mem::offset_of;
@@ -377,7 +378,9 @@ impl CpThread {
     fn run(&mut self) {
         let spin_ns = self.emu.config.spin_us * 1_000;
         let max_nap_ns = self.emu.config.max_nap_us * 1_000;
+        let deep_nap_ns = self.emu.config.deep_nap_us.max(self.emu.config.max_nap_us) * 1_000;
         const MIN_NAP_NS: u64 = 10_000;
+        const DEEP_IDLE_NS: u64 = 1_000_000_000;
         let mut last_activity = now_ns();
         let mut nap_ns = MIN_NAP_NS;
         loop {
@@ -404,8 +407,15 @@ impl CpThread {
                 std::thread::yield_now();
                 continue;
             }
-            let mut sleep = nap_ns;
-            nap_ns = (nap_ns * 2).min(max_nap_ns.max(MIN_NAP_NS));
+            // After a second of silence the CP is "deeply idle" and naps longer (bounded CPU cost while idle,
+            // at most `deep_nap_us` latency for the first packet after a long pause).
+            let cap = if now.saturating_sub(last_activity) > DEEP_IDLE_NS {
+                deep_nap_ns
+            } else {
+                max_nap_ns
+            };
+            let mut sleep = nap_ns.min(cap);
+            nap_ns = (nap_ns * 2).min(cap.max(MIN_NAP_NS));
             if let Some(d) = next_deadline {
                 sleep = sleep.min(d - now);
             }

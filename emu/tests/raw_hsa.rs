@@ -168,3 +168,18 @@ fn bad_configuration_is_refused() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("rprof-emu: bad configuration: GPUS: unknown ISA 'gfx4242'"));
 }
+
+#[test]
+fn kernels_share_compute_units_and_respect_the_barrier_bit() {
+    let co = code_object("gfx90a");
+    let r = run(
+        &hsa_raw(),
+        &["concurrency", co.to_str().unwrap()],
+        &[("RPROF_EMU_KERNEL_NS", "empty=1000000")],
+    );
+    assert_eq!(r.int("small_two_queues_overlap"), 1);
+    assert_eq!(r.int("full_two_queues_overlap"), 0);
+    assert_eq!(r.int("small_one_queue_overlap"), 1);
+    assert_eq!(r.int("small_one_queue_barrier_overlap"), 0);
+    assert_eq!(r.int("done"), 1);
+}

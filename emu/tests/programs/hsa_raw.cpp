@@ -448,6 +448,43 @@ static int mode_main(const char* code_object) {
   return 0;
 }
 
+// Concurrency: profiled 1 ms kernels. Small kernels on two queues overlap; kernels that each need every CU
+// run one after the other; on one queue two kernels overlap unless the second has the barrier bit.
+static int mode_concurrency(const char* code_object) {
+  init();
+  load_code_object(code_object);
+  Kernel empty = kernel("empty.kd");
+  uint32_t cus = 0;
+  CHECK(hsa_agent_get_info(g_gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, &cus));
+  hsa_queue_t* q1 = queue();
+  hsa_queue_t* q2 = queue();
+  CHECK(hsa_amd_profiling_set_profiler_enabled(q1, 1));
+  CHECK(hsa_amd_profiling_set_profiler_enabled(q2, 1));
+  auto pair = [&](hsa_queue_t* qa, hsa_queue_t* qb, uint32_t grid, bool barrier_bit) {
+    hsa_signal_t a = signal(1), b = signal(1);
+    dispatch(qa, empty.object, nullptr, grid, 64, a);
+    dispatch(qb, empty.object, nullptr, grid, 64, b, barrier_bit);
+    wait_zero(a, HSA_WAIT_STATE_BLOCKED);
+    wait_zero(b, HSA_WAIT_STATE_BLOCKED);
+    hsa_amd_profiling_dispatch_time_t ta, tb;
+    CHECK(hsa_amd_profiling_get_dispatch_time(g_gpu, a, &ta));
+    CHECK(hsa_amd_profiling_get_dispatch_time(g_gpu, b, &tb));
+    CHECK(hsa_signal_destroy(a));
+    CHECK(hsa_signal_destroy(b));
+    bool overlap = ta.start < tb.end && tb.start < ta.end;
+    return overlap;
+  };
+  printf("small_two_queues_overlap=%d\n", pair(q1, q2, 64, false));
+  printf("full_two_queues_overlap=%d\n", pair(q1, q2, cus * 64, false));
+  printf("small_one_queue_overlap=%d\n", pair(q1, q1, 64, false));
+  printf("small_one_queue_barrier_overlap=%d\n", pair(q1, q1, 64, true));
+  CHECK(hsa_queue_destroy(q1));
+  CHECK(hsa_queue_destroy(q2));
+  CHECK(hsa_shut_down());
+  printf("done=1\n");
+  return 0;
+}
+
 static std::atomic<int> g_errors{0};
 static std::atomic<unsigned> g_error_status{0};
 static void queue_error(hsa_status_t status, hsa_queue_t*, void*) {
@@ -542,6 +579,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "main";
   if (mode == "main" && argc > 2) return mode_main(argv[2]);
   if (mode == "topology") return mode_topology();
+  if (mode == "concurrency" && argc > 2) return mode_concurrency(argv[2]);
   if (mode == "fault") return mode_fault();
   if (mode == "leak") return mode_leak();
   if (mode == "events") return mode_events();
