@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds rprof (release) and the benchmark workloads, then runs rprof-bench.
+# Usage: scripts/bench.sh [rprof-bench options, e.g. --reps 5 --svg docs/overhead.svg]
+# Run it on a quiet machine: it measures wall time side by side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release --workspace
+work="$target/bench"
+mkdir -p "$work"
+HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash hip-tests/build.sh "$work/hip"
+cp -f "$work/hip/graph_storm" "$work/graph_storm"
+src=tests/programs
+if [ ! -f "$work/bench_kernels.hsaco" ] || [ "$src/bench_kernels.cl" -nt "$work/bench_kernels.hsaco" ]; then
+  clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \
+    "$src/bench_kernels.cl" -o "$work/bench_kernels.hsaco"
+fi
+if [ ! -f "$work/dispatch_bench" ] || [ "$src/dispatch_bench.cpp" -nt "$work/dispatch_bench" ]; then
+  g++ -O2 -std=c++17 "$src/dispatch_bench.cpp" -lhsa-runtime64 -ldl -o "$work/dispatch_bench"
+fi
+exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" "$@"
