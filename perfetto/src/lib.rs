@@ -5,6 +5,9 @@
 //! [`TraceWriter`] therefore encodes one [`protos::TracePacket`] at a time
 //! (`0x0a`, varint length, packet bytes) into a `BufWriter`: memory stays
 //! bounded, a crash leaves a readable prefix, and there is no footer.
+//! Descriptors and clock snapshots are encoded by prost; per-event packets
+//! (the hot path) are encoded directly with the same field numbers, into
+//! reused buffers, so steady-state writes allocate nothing.
 //!
 //! How the pieces fit together:
 //!
@@ -17,8 +20,10 @@
 //!   incremental state", so interned names are valid from there on.
 //! * Names are interned: [`TraceWriter::intern_event_name`] returns an
 //!   [`EventNameId`] and [`TraceWriter::intern_annotation_name`] an
-//!   [`AnnotationNameId`]. A new name is written into the next packet, which
-//!   is at or before the first packet that uses it.
+//!   [`AnnotationNameId`]; string argument values can be interned too
+//!   ([`TraceWriter::intern_string_value`] returns a [`StringValueId`] for
+//!   [`ArgValue::InternedString`]). A new name or value is written into the
+//!   next packet, which is at or before the first packet that uses it.
 //! * Tracks are declared once with [`TraceWriter::write_process_track`],
 //!   [`TraceWriter::write_thread_track`], [`TraceWriter::write_custom_track`]
 //!   or [`TraceWriter::write_counter_track`]; track uuids are chosen by the
@@ -61,6 +66,11 @@ pub mod protos {
 
 mod writer;
 
+/// The `prost` the [`protos`] types are built with: decode a trace with
+/// `protos::Trace::decode` after `use rprof_perfetto::prost::Message`
+/// (tests do) without depending on a matching `prost` yourself.
+pub use prost;
+
 /// Unit of a counter track.
 pub use protos::counter_descriptor::Unit as CounterUnit;
 /// How children of a custom track are ordered in the UI.
@@ -69,5 +79,5 @@ pub use protos::track_descriptor::ChildTracksOrdering;
 pub use protos::track_descriptor::SiblingMergeBehavior;
 pub use writer::{
     AnnotationNameId, Arg, ArgValue, ClockReadings, CounterTrack, CounterValue, CustomTrack,
-    EventNameId, ProcessTrack, Slice, ThreadTrack, TraceWriter, SEQUENCE_ID,
+    EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, SEQUENCE_ID,
 };

@@ -6,9 +6,9 @@ use std::io::{self, BufWriter, Write};
 use prost::Message;
 
 use crate::protos::{
-    clock_snapshot, debug_annotation, trace_packet, track_descriptor, track_event, BuiltinClock,
-    ClockSnapshot, CounterDescriptor, DebugAnnotation, DebugAnnotationName, EventName,
-    InternedData, ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent,
+    clock_snapshot, trace_packet, track_descriptor, track_event, BuiltinClock, ClockSnapshot,
+    CounterDescriptor, DebugAnnotationName, EventName, InternedData, InternedString,
+    ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor,
 };
 use crate::{ChildTracksOrdering, CounterUnit, SiblingMergeBehavior};
 
@@ -45,6 +45,18 @@ impl AnnotationNameId {
     }
 }
 
+/// An interned string value of an argument
+/// ([`ArgValue::InternedString`]). Only valid for the writer that returned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StringValueId(u64);
+
+impl StringValueId {
+    /// The iid written to the trace (≥ 1).
+    pub fn iid(self) -> u64 {
+        self.0
+    }
+}
+
 /// The value of one [`Arg`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ArgValue<'a> {
@@ -58,8 +70,12 @@ pub enum ArgValue<'a> {
     Bool(bool),
     /// An address, shown in hex by the UI.
     Pointer(u64),
-    /// Text. Copied into the packet (allocates); keep it off per-dispatch paths.
+    /// Text, copied into every packet that carries it; for a value repeated
+    /// on many events, [`ArgValue::InternedString`] is smaller.
     Str(&'a str),
+    /// Text interned with [`TraceWriter::intern_string_value`]: written as
+    /// `string_value_iid`, one or two varint bytes; no allocation.
+    InternedString(StringValueId),
 }
 
 /// One argument (debug annotation) of an event; shown as `debug.<name>`.
@@ -209,19 +225,25 @@ impl Slice<'_> {
 /// Streaming `.pftrace` writer. See the crate docs.
 ///
 /// Every write encodes one packet into a reused buffer and appends it to a
-/// `BufWriter`; the only steady-state allocations are for names interned for
-/// the first time and for [`ArgValue::Str`] values.
+/// `BufWriter`; the only steady-state allocations are for names and string
+/// values interned for the first time. Track events (slices, instants,
+/// counters) are encoded directly into the buffer; descriptors and clock
+/// snapshots go through the prost types.
 #[derive(Debug)]
 pub struct TraceWriter<W: Write> {
     out: BufWriter<W>,
-    /// Encoded frame of the current packet.
+    /// The current packet: framed for prost-encoded packets, the bare
+    /// packet for track events (framed on write).
     buf: Vec<u8>,
-    /// Reused event, moved in and out of the packet.
-    event: TrackEvent,
+    /// Encoded `TrackEvent` of the current event packet.
+    event_buf: Vec<u8>,
+    /// Encoded `DebugAnnotation` being appended to `event_buf`.
+    arg_buf: Vec<u8>,
     /// Names interned since the last packet; attached to the next one.
     pending: InternedData,
     event_names: HashMap<String, u64>,
     annotation_names: HashMap<String, u64>,
+    string_values: HashMap<String, u64>,
     first_packet: bool,
     packets: u64,
     bytes: u64,
@@ -233,10 +255,12 @@ impl<W: Write> TraceWriter<W> {
         TraceWriter {
             out: BufWriter::with_capacity(256 * 1024, out),
             buf: Vec::with_capacity(256),
-            event: TrackEvent::default(),
+            event_buf: Vec::with_capacity(256),
+            arg_buf: Vec::with_capacity(64),
             pending: InternedData::default(),
             event_names: HashMap::new(),
             annotation_names: HashMap::new(),
+            string_values: HashMap::new(),
             first_packet: true,
             packets: 0,
             bytes: 0,
@@ -281,6 +305,30 @@ impl<W: Write> TraceWriter<W> {
                 name: Some(name.to_owned()),
             });
         AnnotationNameId(iid)
+    }
+
+    /// Interns a string argument value; the definition
+    /// (`InternedData.debug_annotation_string_values`) goes into the next
+    /// packet. Every distinct value is kept for the writer's lifetime, so
+    /// callers bound how many distinct values they intern.
+    pub fn intern_string_value(&mut self, value: &str) -> StringValueId {
+        if let Some(&iid) = self.string_values.get(value) {
+            return StringValueId(iid);
+        }
+        let iid = self.string_values.len() as u64 + 1;
+        self.string_values.insert(value.to_owned(), iid);
+        self.pending
+            .debug_annotation_string_values
+            .push(InternedString {
+                iid: Some(iid),
+                str: Some(value.as_bytes().to_vec()),
+            });
+        StringValueId(iid)
+    }
+
+    /// Number of distinct string values interned so far.
+    pub fn string_values_interned(&self) -> usize {
+        self.string_values.len()
     }
 
     /// Writes a clock snapshot (BOOTTIME primary, plus MONOTONIC and REALTIME).
@@ -391,26 +439,24 @@ impl<W: Write> TraceWriter<W> {
     /// Writes only the BEGIN of `slice` (`end_ns` is ignored). Pair it with
     /// [`TraceWriter::write_slice_end`] on the same track.
     pub fn write_slice_begin(&mut self, slice: &Slice<'_>) -> io::Result<()> {
-        let e = &mut self.event;
-        e.r#type = Some(track_event::Type::SliceBegin as i32);
-        e.track_uuid = Some(slice.track_uuid);
-        e.name_field = Some(track_event::NameField::NameIid(slice.name.0));
-        e.flow_ids.extend_from_slice(slice.flow_ids);
-        e.terminating_flow_ids
-            .extend_from_slice(slice.terminating_flow_ids);
-        e.correlation_id_field = slice
-            .correlation_id
-            .map(track_event::CorrelationIdField::CorrelationId);
-        fill_args(&mut e.debug_annotations, slice.args);
-        self.emit_event(slice.start_ns, true)
+        self.write_event(
+            slice.start_ns,
+            &Event {
+                kind: track_event::Type::SliceBegin,
+                track_uuid: slice.track_uuid,
+                name: Some(slice.name),
+                args: slice.args,
+                flow_ids: slice.flow_ids,
+                terminating_flow_ids: slice.terminating_flow_ids,
+                correlation_id: slice.correlation_id,
+                counter: None,
+            },
+        )
     }
 
     /// Writes a bare END closing the innermost open slice on `track_uuid`.
     pub fn write_slice_end(&mut self, track_uuid: u64, ts_ns: u64) -> io::Result<()> {
-        let e = &mut self.event;
-        e.r#type = Some(track_event::Type::SliceEnd as i32);
-        e.track_uuid = Some(track_uuid);
-        self.emit_event(ts_ns, false)
+        self.write_event(ts_ns, &Event::bare(track_event::Type::SliceEnd, track_uuid))
     }
 
     /// Writes an instant event.
@@ -421,12 +467,14 @@ impl<W: Write> TraceWriter<W> {
         name: EventNameId,
         args: &[Arg<'_>],
     ) -> io::Result<()> {
-        let e = &mut self.event;
-        e.r#type = Some(track_event::Type::Instant as i32);
-        e.track_uuid = Some(track_uuid);
-        e.name_field = Some(track_event::NameField::NameIid(name.0));
-        fill_args(&mut e.debug_annotations, args);
-        self.emit_event(ts_ns, true)
+        self.write_event(
+            ts_ns,
+            &Event {
+                name: Some(name),
+                args,
+                ..Event::bare(track_event::Type::Instant, track_uuid)
+            },
+        )
     }
 
     /// Writes one value on a counter track.
@@ -436,14 +484,13 @@ impl<W: Write> TraceWriter<W> {
         ts_ns: u64,
         value: CounterValue,
     ) -> io::Result<()> {
-        let e = &mut self.event;
-        e.r#type = Some(track_event::Type::Counter as i32);
-        e.track_uuid = Some(track_uuid);
-        e.counter_value_field = Some(match value {
-            CounterValue::Int(v) => track_event::CounterValueField::CounterValue(v),
-            CounterValue::Double(v) => track_event::CounterValueField::DoubleCounterValue(v),
-        });
-        self.emit_event(ts_ns, false)
+        self.write_event(
+            ts_ns,
+            &Event {
+                counter: Some(value),
+                ..Event::bare(track_event::Type::Counter, track_uuid)
+            },
+        )
     }
 
     /// Flushes and returns the underlying writer.
@@ -456,37 +503,12 @@ impl<W: Write> TraceWriter<W> {
         self.out.flush()
     }
 
-    /// Wraps `self.event` in a packet, writes it and resets the event,
-    /// keeping its vectors' capacity.
-    fn emit_event(&mut self, ts_ns: u64, uses_interning: bool) -> io::Result<()> {
-        let mut packet = TracePacket {
-            timestamp: Some(ts_ns),
-            data: Some(trace_packet::Data::TrackEvent(std::mem::take(
-                &mut self.event,
-            ))),
-            ..Default::default()
-        };
-        let result = self.emit(&mut packet, uses_interning);
-        if let Some(trace_packet::Data::TrackEvent(mut e)) = packet.data {
-            e.r#type = None;
-            e.track_uuid = None;
-            e.name_field = None;
-            e.counter_value_field = None;
-            e.correlation_id_field = None;
-            e.flow_ids.clear();
-            e.terminating_flow_ids.clear();
-            e.debug_annotations.clear();
-            self.event = e;
-        }
-        result
-    }
-
-    /// Adds sequence id, flags and pending interned names, then frames and
-    /// writes the packet.
-    fn emit(&mut self, packet: &mut TracePacket, uses_interning: bool) -> io::Result<()> {
-        packet.trusted_packet_sequence_id = Some(SEQUENCE_ID);
-        let has_interned =
-            !self.pending.event_names.is_empty() || !self.pending.debug_annotation_names.is_empty();
+    /// Sequence flags for the next packet, and whether pending interned
+    /// data goes into it.
+    fn next_flags(&mut self, uses_interning: bool) -> (Option<u32>, bool) {
+        let has_interned = !self.pending.event_names.is_empty()
+            || !self.pending.debug_annotation_names.is_empty()
+            || !self.pending.debug_annotation_string_values.is_empty();
         let mut flags = 0;
         if self.first_packet {
             flags |= SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE;
@@ -495,9 +517,108 @@ impl<W: Write> TraceWriter<W> {
         if uses_interning || has_interned {
             flags |= SEQ_NEEDS_INCREMENTAL_STATE;
         }
-        if flags != 0 {
-            packet.sequence_flags = Some(flags);
+        ((flags != 0).then_some(flags), has_interned)
+    }
+
+    /// Empties the pending interned data once written, keeping the vectors'
+    /// capacity for the next batch of new names.
+    fn clear_pending(&mut self) {
+        self.pending.event_names.clear();
+        self.pending.debug_annotation_names.clear();
+        self.pending.debug_annotation_string_values.clear();
+    }
+
+    /// Encodes a track-event packet directly (the hot path: no intermediate
+    /// prost structs), frames it and writes it. The bytes are what prost
+    /// writes for the same `TracePacket`, up to field order
+    /// (`tests/writer.rs` compares decoded packets and encoded lengths).
+    fn write_event(&mut self, ts_ns: u64, ev: &Event<'_>) -> io::Result<()> {
+        // Interned names (event and argument) and interned string values.
+        let uses_interning = ev.name.is_some() || !ev.args.is_empty();
+        let (flags, has_interned) = self.next_flags(uses_interning);
+
+        let body = &mut self.event_buf;
+        body.clear();
+        wire::varint_field(body, field::TE_TYPE, ev.kind as u64);
+        wire::varint_field(body, field::TE_TRACK_UUID, ev.track_uuid);
+        if let Some(name) = ev.name {
+            wire::varint_field(body, field::TE_NAME_IID, name.0);
         }
+        for arg in ev.args {
+            let a = &mut self.arg_buf;
+            a.clear();
+            wire::varint_field(a, field::DA_NAME_IID, arg.name.0);
+            match arg.value {
+                ArgValue::Uint(v) => wire::varint_field(a, field::DA_UINT_VALUE, v),
+                // int64: two's complement as a 10-byte varint when negative.
+                ArgValue::Int(v) => wire::varint_field(a, field::DA_INT_VALUE, v as u64),
+                ArgValue::Double(v) => wire::fixed64_field(a, field::DA_DOUBLE_VALUE, v.to_bits()),
+                ArgValue::Bool(v) => wire::varint_field(a, field::DA_BOOL_VALUE, u64::from(v)),
+                ArgValue::Pointer(v) => wire::varint_field(a, field::DA_POINTER_VALUE, v),
+                ArgValue::Str(v) => wire::bytes_field(a, field::DA_STRING_VALUE, v.as_bytes()),
+                ArgValue::InternedString(id) => {
+                    wire::varint_field(a, field::DA_STRING_VALUE_IID, id.0)
+                }
+            }
+            wire::bytes_field(body, field::TE_DEBUG_ANNOTATIONS, a);
+        }
+        match ev.counter {
+            Some(CounterValue::Int(v)) => {
+                wire::varint_field(body, field::TE_COUNTER_VALUE, v as u64)
+            }
+            Some(CounterValue::Double(v)) => {
+                wire::fixed64_field(body, field::TE_DOUBLE_COUNTER_VALUE, v.to_bits())
+            }
+            None => {}
+        }
+        // One fixed64 field per id (unpacked), as upstream's proto2 declares.
+        for &id in ev.flow_ids {
+            wire::fixed64_field(body, field::TE_FLOW_IDS, id);
+        }
+        for &id in ev.terminating_flow_ids {
+            wire::fixed64_field(body, field::TE_TERMINATING_FLOW_IDS, id);
+        }
+        if let Some(id) = ev.correlation_id {
+            wire::varint_field(body, field::TE_CORRELATION_ID, id);
+        }
+
+        let packet = &mut self.buf;
+        packet.clear();
+        wire::varint_field(packet, field::TP_TIMESTAMP, ts_ns);
+        wire::bytes_field(packet, field::TP_TRACK_EVENT, body);
+        wire::varint_field(
+            packet,
+            field::TP_TRUSTED_PACKET_SEQUENCE_ID,
+            u64::from(SEQUENCE_ID),
+        );
+        if has_interned {
+            wire::key(packet, field::TP_INTERNED_DATA, wire::LEN);
+            self.pending
+                .encode_length_delimited(packet)
+                .expect("encoding into a Vec cannot run out of space");
+        }
+        if let Some(flags) = flags {
+            wire::varint_field(packet, field::TP_SEQUENCE_FLAGS, u64::from(flags));
+        }
+        if has_interned {
+            self.clear_pending();
+        }
+
+        let mut header = [0u8; 1 + wire::MAX_VARINT];
+        header[0] = TRACE_PACKET_TAG;
+        let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
+        self.packets += 1;
+        self.bytes += (header_len + self.buf.len()) as u64;
+        self.out.write_all(&header[..header_len])?;
+        self.out.write_all(&self.buf)
+    }
+
+    /// Adds sequence id, flags and pending interned names, then frames and
+    /// writes a packet encoded by prost (descriptors, clock snapshots).
+    fn emit(&mut self, packet: &mut TracePacket, uses_interning: bool) -> io::Result<()> {
+        packet.trusted_packet_sequence_id = Some(SEQUENCE_ID);
+        let (flags, has_interned) = self.next_flags(uses_interning);
+        packet.sequence_flags = flags;
         if has_interned {
             packet.interned_data = Some(std::mem::take(&mut self.pending));
         }
@@ -509,11 +630,9 @@ impl<W: Write> TraceWriter<W> {
             .encode(&mut self.buf)
             .expect("encoding into a Vec cannot run out of space");
 
-        if let Some(mut interned) = packet.interned_data.take() {
-            // Keep the vectors' capacity for the next batch of new names.
-            interned.event_names.clear();
-            interned.debug_annotation_names.clear();
+        if let Some(interned) = packet.interned_data.take() {
             self.pending = interned;
+            self.clear_pending();
         }
         self.packets += 1;
         self.bytes += self.buf.len() as u64;
@@ -521,20 +640,106 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
-fn fill_args(out: &mut Vec<DebugAnnotation>, args: &[Arg<'_>]) {
-    for arg in args {
-        let value = match arg.value {
-            ArgValue::Uint(v) => debug_annotation::Value::UintValue(v),
-            ArgValue::Int(v) => debug_annotation::Value::IntValue(v),
-            ArgValue::Double(v) => debug_annotation::Value::DoubleValue(v),
-            ArgValue::Bool(v) => debug_annotation::Value::BoolValue(v),
-            ArgValue::Pointer(v) => debug_annotation::Value::PointerValue(v),
-            ArgValue::Str(s) => debug_annotation::Value::StringValue(s.to_owned()),
-        };
-        out.push(DebugAnnotation {
-            name_field: Some(debug_annotation::NameField::NameIid(arg.name.0)),
-            value: Some(value),
-            ..Default::default()
-        });
+/// The fields of one track event, borrowed from the caller.
+#[derive(Debug, Clone, Copy)]
+struct Event<'a> {
+    kind: track_event::Type,
+    track_uuid: u64,
+    name: Option<EventNameId>,
+    args: &'a [Arg<'a>],
+    flow_ids: &'a [u64],
+    terminating_flow_ids: &'a [u64],
+    correlation_id: Option<u64>,
+    counter: Option<CounterValue>,
+}
+
+impl Event<'_> {
+    fn bare(kind: track_event::Type, track_uuid: u64) -> Self {
+        Event {
+            kind,
+            track_uuid,
+            name: None,
+            args: &[],
+            flow_ids: &[],
+            terminating_flow_ids: &[],
+            correlation_id: None,
+            counter: None,
+        }
+    }
+}
+
+/// Upstream field numbers of what [`TraceWriter::write_event`] encodes by
+/// hand: the same as in `proto/perfetto_subset.proto` (which
+/// `scripts/check-perfetto-drift.sh` compares with upstream); `tests/writer.rs`
+/// decodes every kind of event with the generated prost types.
+mod field {
+    pub const TP_TIMESTAMP: u32 = 8;
+    pub const TP_TRUSTED_PACKET_SEQUENCE_ID: u32 = 10;
+    pub const TP_TRACK_EVENT: u32 = 11;
+    pub const TP_INTERNED_DATA: u32 = 12;
+    pub const TP_SEQUENCE_FLAGS: u32 = 13;
+    pub const TE_DEBUG_ANNOTATIONS: u32 = 4;
+    pub const TE_TYPE: u32 = 9;
+    pub const TE_NAME_IID: u32 = 10;
+    pub const TE_TRACK_UUID: u32 = 11;
+    pub const TE_COUNTER_VALUE: u32 = 30;
+    pub const TE_DOUBLE_COUNTER_VALUE: u32 = 44;
+    pub const TE_FLOW_IDS: u32 = 47;
+    pub const TE_TERMINATING_FLOW_IDS: u32 = 48;
+    pub const TE_CORRELATION_ID: u32 = 52;
+    pub const DA_NAME_IID: u32 = 1;
+    pub const DA_BOOL_VALUE: u32 = 2;
+    pub const DA_UINT_VALUE: u32 = 3;
+    pub const DA_INT_VALUE: u32 = 4;
+    pub const DA_DOUBLE_VALUE: u32 = 5;
+    pub const DA_STRING_VALUE: u32 = 6;
+    pub const DA_POINTER_VALUE: u32 = 7;
+    pub const DA_STRING_VALUE_IID: u32 = 17;
+}
+
+/// Minimal protobuf wire encoding into a `Vec` (its capacity is reused, so
+/// nothing allocates once the buffers have grown).
+mod wire {
+    pub const MAX_VARINT: usize = 10;
+    const VARINT: u32 = 0;
+    const FIXED64: u32 = 1;
+    pub const LEN: u32 = 2;
+
+    /// Writes `v` as a varint at the start of `out`; returns its length.
+    pub fn put_varint(out: &mut [u8], mut v: u64) -> usize {
+        let mut i = 0;
+        while v >= 0x80 {
+            out[i] = (v as u8) | 0x80;
+            v >>= 7;
+            i += 1;
+        }
+        out[i] = v as u8;
+        i + 1
+    }
+
+    fn varint(buf: &mut Vec<u8>, v: u64) {
+        let mut tmp = [0u8; MAX_VARINT];
+        let n = put_varint(&mut tmp, v);
+        buf.extend_from_slice(&tmp[..n]);
+    }
+
+    pub fn key(buf: &mut Vec<u8>, field: u32, wire_type: u32) {
+        varint(buf, u64::from(field << 3 | wire_type));
+    }
+
+    pub fn varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
+        key(buf, field, VARINT);
+        varint(buf, v);
+    }
+
+    pub fn fixed64_field(buf: &mut Vec<u8>, field: u32, v: u64) {
+        key(buf, field, FIXED64);
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn bytes_field(buf: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+        key(buf, field, LEN);
+        varint(buf, bytes.len() as u64);
+        buf.extend_from_slice(bytes);
     }
 }

@@ -1,6 +1,7 @@
 //! Steady-state writes allocate nothing: once names are interned and the
 //! buffers have grown, slices with numeric args, flows, instants and counters
-//! only encode into reused buffers. Counted with a global allocator that
+//! only encode into reused buffers; so do slices with interned string values
+//! (rprof's Standard kernel args). Counted with a global allocator that
 //! tallies allocations (this test binary has a single test, so no other
 //! thread allocates meanwhile).
 
@@ -54,6 +55,11 @@ fn steady_state_writes_do_not_allocate() {
         .collect();
     let grid = w.intern_annotation_name("grid.x");
     let obj = w.intern_annotation_name("kernel_object");
+    // rprof's Standard kernel args: a uint and an interned launch string.
+    let launch = w.intern_annotation_name("launch");
+    let configs: Vec<String> = (0..8)
+        .map(|i| format!("grid {}x1x1 wg 256x1x1 lds 0 scratch 0", 256 << i))
+        .collect();
     let run = |w: &mut TraceWriter<std::io::Sink>, round: u64| {
         for (i, &name) in names.iter().enumerate() {
             let t = round * 1_000_000 + i as u64 * 1_000;
@@ -76,6 +82,24 @@ fn steady_state_writes_do_not_allocate() {
             })
             .unwrap();
             w.write_instant(2, t + 600, name, &args).unwrap();
+            // Looking up an already interned value does not allocate either.
+            let config = w.intern_string_value(&configs[i % configs.len()]);
+            let standard = [
+                Arg {
+                    name: grid,
+                    value: ArgValue::Uint(t),
+                },
+                Arg {
+                    name: launch,
+                    value: ArgValue::InternedString(config),
+                },
+            ];
+            w.write_slice(&Slice {
+                args: &standard,
+                terminating_flow_ids: &[t],
+                ..Slice::new(2, t + 700, t + 800, name)
+            })
+            .unwrap();
             w.write_counter(3, t, CounterValue::Int(i as i64)).unwrap();
         }
     };
@@ -86,20 +110,20 @@ fn steady_state_writes_do_not_allocate() {
     }
     let after = ALLOCATIONS.load(Ordering::Relaxed);
     assert_eq!(after - before, 0, "allocations in steady state");
-    assert_eq!(w.packets_written(), 3 + 100 * 64 * 4);
-    // The counter does count: a string arg copies its text.
+    assert_eq!(w.packets_written(), 3 + 100 * 64 * 6);
+    assert_eq!(w.string_values_interned(), configs.len());
+    // Inline string args are copied into the reused packet buffer too.
     let note = w.intern_annotation_name("note");
     let name = names[0];
+    let text_arg = [Arg {
+        name: note,
+        value: ArgValue::Str("a longer text argument, written inline"),
+    }];
+    w.write_instant(2, 1, name, &text_arg).unwrap();
     let before = ALLOCATIONS.load(Ordering::Relaxed);
-    w.write_instant(
-        2,
-        1,
-        name,
-        &[Arg {
-            name: note,
-            value: ArgValue::Str("text"),
-        }],
-    )
-    .unwrap();
+    w.write_instant(2, 2, name, &text_arg).unwrap();
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), before);
+    // The counter does count: interning a new value allocates.
+    w.intern_string_value("a new launch configuration");
     assert!(ALLOCATIONS.load(Ordering::Relaxed) > before);
 }

@@ -14,6 +14,8 @@ use rprof_perfetto::{
     CustomTrack, ProcessTrack, SiblingMergeBehavior, Slice, ThreadTrack, TraceWriter, SEQUENCE_ID,
 };
 
+const LAUNCH: &str = "grid 1024x1x1 wg 256x1x1 lds 0 scratch 0";
+
 fn small_trace() -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new());
     w.write_clock_snapshot(&ClockReadings {
@@ -114,7 +116,15 @@ fn small_trace() -> Vec<u8> {
         ..Slice::new(5, 3_000, 4_000, kernel)
     })
     .unwrap();
+    let launch = w.intern_annotation_name("launch");
+    let config = w.intern_string_value(LAUNCH);
+    assert_eq!(w.intern_string_value(LAUNCH), config, "interned once");
+    assert_eq!(w.string_values_interned(), 1);
     w.write_slice(&Slice {
+        args: &[Arg {
+            name: launch,
+            value: ArgValue::InternedString(config),
+        }],
         terminating_flow_ids: &[0x2a_0000_0002],
         ..Slice::new(5, 4_000, 4_000, kernel)
     })
@@ -200,7 +210,44 @@ fn names_are_interned_once_in_the_first_packet_that_uses_them() {
             (3, "end".to_owned())
         ]
     );
-    assert_eq!(annotations, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(annotations, [1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+/// `ArgValue::InternedString` is written as `string_value_iid` (17) and its
+/// text as `InternedData.debug_annotation_string_values` (29) in the same
+/// packet, which resolves back to the string.
+#[test]
+fn interned_string_values_resolve() {
+    use rprof_perfetto::protos::debug_annotation::Value;
+    let trace = Trace::decode(&small_trace()[..]).unwrap();
+    let mut values = std::collections::HashMap::new();
+    let mut resolved = Vec::new();
+    for (i, p) in trace.packet.iter().enumerate() {
+        if let Some(d) = &p.interned_data {
+            for v in &d.debug_annotation_string_values {
+                let text = String::from_utf8(v.str.clone().unwrap()).unwrap();
+                assert!(
+                    values.insert(v.iid.unwrap(), text).is_none(),
+                    "defined twice"
+                );
+            }
+        }
+        let Some(Data::TrackEvent(e)) = &p.data else {
+            continue;
+        };
+        for a in &e.debug_annotations {
+            if let Some(Value::StringValueIid(iid)) = a.value {
+                assert_eq!(p.sequence_flags.unwrap_or(0) & 2, 2);
+                resolved.push((i, values[&iid].clone()));
+            }
+        }
+    }
+    assert_eq!(values.len(), 1);
+    assert_eq!(resolved, [(11, LAUNCH.to_owned())]);
+    // The raw bytes carry field 17 as a varint (key 0x88 0x01) holding iid 1.
+    let bytes = small_trace();
+    let key_and_iid = [0x88, 0x01, 0x01];
+    assert!(bytes.windows(3).any(|w| w == key_and_iid));
 }
 
 /// `flow_ids` (47) and `terminating_flow_ids` (48) must be written as one
@@ -275,4 +322,21 @@ fn small_trace_matches_snapshot() {
             actual.display()
         );
     }
+}
+
+/// Track events are encoded by hand, not by prost: every packet must decode
+/// (checked above) and be exactly as long as prost's canonical encoding of
+/// the decoded packet, so no field is duplicated, missing or non-minimal.
+#[test]
+fn hand_encoded_events_match_prost_encoding_length() {
+    let bytes = small_trace();
+    let mut events = 0;
+    for raw in frames(&bytes) {
+        let p = TracePacket::decode(raw).unwrap();
+        assert_eq!(p.encoded_len(), raw.len(), "{p:#?}");
+        if matches!(p.data, Some(Data::TrackEvent(_))) {
+            events += 1;
+        }
+    }
+    assert_eq!(events, 9);
 }

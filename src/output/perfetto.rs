@@ -16,7 +16,9 @@
 //! BEGIN/END pair at once; trace_processor sorts by timestamp. Slices on one
 //! lane never overlap: a dispatch goes to the lowest lane of its queue whose
 //! last end is ≤ its start (arrival order), else to a new lane. Timestamps
-//! are never moved. State is bounded by threads + queues × lanes + kernels.
+//! are never moved. State is bounded by threads + queues × lanes + kernels
+//! (+ at most [`LAUNCH_TABLE_LIMIT`] launch configurations in
+//! [`KernelArgs::Standard`]).
 //!
 //! # Safety
 //!
@@ -29,7 +31,7 @@ use std::path::Path;
 
 use rprof_perfetto::{
     AnnotationNameId, Arg, ArgValue, ChildTracksOrdering, ClockReadings, CustomTrack, EventNameId,
-    ProcessTrack, SiblingMergeBehavior, Slice, ThreadTrack, TraceWriter,
+    ProcessTrack, SiblingMergeBehavior, Slice, StringValueId, ThreadTrack, TraceWriter,
 };
 
 use crate::config::ensure_parent;
@@ -47,20 +49,38 @@ pub const KERNEL_TABLE_TRACK_NAME: &str = "kernels";
 /// use, which keeps them one varint byte long on every event.
 const PROCESS_TRACK_UUID: u64 = 1;
 
+/// Most distinct launch configurations [`KernelArgs::Standard`] interns.
+/// Dispatches with a configuration first seen after the table is full carry
+/// the eight numbers as uint args instead, so memory stays bounded.
+pub const LAUNCH_TABLE_LIMIT: usize = 65_536;
+
 /// Which arguments kernel and interceptor slices carry.
+///
+/// In every mode, interceptor slices carry `packet_count` only when it
+/// differs from the number of dispatches (plus `queue_id` and
+/// `dispatch_count` in `Full`), and the `kernels` track holds the static
+/// per-kernel facts. Sizes are measured in `docs/trace-format.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelArgs {
     /// Kernel slices carry only their interned name and the flow from the
-    /// interceptor call; interceptor slices carry only `packet_count`, and
-    /// only when it differs from the number of dispatches. Static
-    /// per-kernel facts are on the `kernels` track; queue, agent and thread
-    /// follow from the tracks and the flow. About 52 bytes per kernel slice
-    /// plus 10 per flow id.
-    #[default]
+    /// interceptor call; queue, agent and thread follow from the tracks and
+    /// the flow. About 52 bytes per kernel slice plus 10 per flow id.
     Compact,
+    /// Kernel slices carry exactly two args: `dispatch_id` (uint) and
+    /// `launch`, an interned string such as
+    /// `grid 1024x1x1 wg 256x1x1 lds 0 scratch 0` (grid and workgroup sizes
+    /// in work-items, group and private segment sizes in bytes). Each
+    /// distinct configuration is written once; a slice refers to it by a
+    /// one- to three-byte iid. About 15 bytes per slice more than `Compact`.
+    /// After [`LAUNCH_TABLE_LIMIT`] distinct configurations, new ones are
+    /// written inline as `grid.x/y/z`, `workgroup.x/y/z`,
+    /// `group_segment_size`, `private_segment_size` uint args.
+    #[default]
+    Standard,
     /// Every field of the [`DispatchRecord`] as kernel-slice args, and
     /// `queue_id`, `packet_count`, `dispatch_count` on interceptor slices
-    /// (about 140 more bytes per dispatch and ~3x the encoding time).
+    /// (about 120 more bytes per dispatch than `Compact`, ~2.5x the
+    /// encoding time).
     Full,
 }
 
@@ -91,6 +111,7 @@ struct ArgNames {
     group_segment_size: AnnotationNameId,
     enqueue_ns: AnnotationNameId,
     thread_id: AnnotationNameId,
+    launch: AnnotationNameId,
 }
 
 impl ArgNames {
@@ -111,7 +132,70 @@ impl ArgNames {
             group_segment_size: n("group_segment_size"),
             enqueue_ns: n("enqueue_ns"),
             thread_id: n("thread_id"),
+            launch: n("launch"),
         }
+    }
+}
+
+/// The launch configuration of a dispatch, as interned by
+/// [`KernelArgs::Standard`]: grid x/y/z, workgroup x/y/z, group segment
+/// (LDS) bytes, private segment (scratch) bytes.
+type LaunchKey = [u32; 8];
+
+fn launch_key(rec: &DispatchRecord) -> LaunchKey {
+    [
+        rec.grid[0],
+        rec.grid[1],
+        rec.grid[2],
+        u32::from(rec.workgroup[0]),
+        u32::from(rec.workgroup[1]),
+        u32::from(rec.workgroup[2]),
+        rec.group_segment_size,
+        rec.private_segment_size,
+    ]
+}
+
+/// Bounded table of interned launch strings, with a one-entry cache for the
+/// common case of consecutive dispatches sharing a configuration.
+#[derive(Debug, Default)]
+struct LaunchTable {
+    ids: HashMap<LaunchKey, StringValueId>,
+    last: Option<(LaunchKey, StringValueId)>,
+    /// Reused buffer for formatting a new configuration.
+    text: String,
+}
+
+impl LaunchTable {
+    /// The interned string for `key`, interning it if the table has room;
+    /// `None` once the table is full and `key` is new.
+    fn get<W: io::Write>(
+        &mut self,
+        key: &LaunchKey,
+        writer: &mut TraceWriter<W>,
+    ) -> Option<StringValueId> {
+        if let Some((k, id)) = self.last {
+            if k == *key {
+                return Some(id);
+            }
+        }
+        let id = match self.ids.get(key) {
+            Some(&id) => id,
+            None if self.ids.len() >= LAUNCH_TABLE_LIMIT => return None,
+            None => {
+                use std::fmt::Write as _;
+                let [gx, gy, gz, wx, wy, wz, lds, scratch] = *key;
+                self.text.clear();
+                let _ = write!(
+                    self.text,
+                    "grid {gx}x{gy}x{gz} wg {wx}x{wy}x{wz} lds {lds} scratch {scratch}"
+                );
+                let id = writer.intern_string_value(&self.text);
+                self.ids.insert(*key, id);
+                id
+            }
+        };
+        self.last = Some((*key, id));
+        Some(id)
     }
 }
 
@@ -144,6 +228,7 @@ struct Started {
     kernels: HashMap<u64, EventNameId>,
     kernel_table_track: Option<u64>,
     flow_ids: Vec<u64>,
+    launches: LaunchTable,
     last_ts: u64,
 }
 
@@ -377,6 +462,7 @@ impl RecordSink for PerfettoSink {
             kernels: HashMap::new(),
             kernel_table_track: None,
             flow_ids: Vec::new(),
+            launches: LaunchTable::default(),
             last_ts: run.start_ns,
         }));
         Ok(())
@@ -404,8 +490,8 @@ impl RecordSink for PerfettoSink {
         // when it says more (non-kernel packets in the batch).
         let args = match kernel_args {
             KernelArgs::Full => &all_args[..],
-            KernelArgs::Compact if rec.packet_count != rec.dispatch_count => &all_args[..1],
-            KernelArgs::Compact => &[],
+            _ if rec.packet_count != rec.dispatch_count => &all_args[..1],
+            _ => &[],
         };
         s.last_ts = s.last_ts.max(rec.end_ns);
         s.writer.write_slice(&Slice {
@@ -426,14 +512,44 @@ impl RecordSink for PerfettoSink {
             terminating_flow_ids: &flow,
             ..Slice::new(lane, rec.start_ns, rec.end_ns, name)
         };
+        let u = |name, v: u64| Arg {
+            name,
+            value: ArgValue::Uint(v),
+        };
         match kernel_args {
             KernelArgs::Compact => s.writer.write_slice(&slice),
+            KernelArgs::Standard => {
+                let a = s.args;
+                let key = launch_key(rec);
+                match s.launches.get(&key, &mut s.writer) {
+                    Some(launch) => s.writer.write_slice(&Slice {
+                        args: &[
+                            u(a.dispatch_id, rec.dispatch_id),
+                            Arg {
+                                name: a.launch,
+                                value: ArgValue::InternedString(launch),
+                            },
+                        ],
+                        ..slice
+                    }),
+                    None => s.writer.write_slice(&Slice {
+                        args: &[
+                            u(a.dispatch_id, rec.dispatch_id),
+                            u(a.grid[0], u64::from(key[0])),
+                            u(a.grid[1], u64::from(key[1])),
+                            u(a.grid[2], u64::from(key[2])),
+                            u(a.workgroup[0], u64::from(key[3])),
+                            u(a.workgroup[1], u64::from(key[4])),
+                            u(a.workgroup[2], u64::from(key[5])),
+                            u(a.group_segment_size, u64::from(key[6])),
+                            u(a.private_segment_size, u64::from(key[7])),
+                        ],
+                        ..slice
+                    }),
+                }
+            }
             KernelArgs::Full => {
                 let a = s.args;
-                let u = |name, v: u64| Arg {
-                    name,
-                    value: ArgValue::Uint(v),
-                };
                 let args = [
                     u(a.correlation_id, rec.correlation_id),
                     u(a.dispatch_id, rec.dispatch_id),

@@ -107,6 +107,17 @@ pub struct InternedData {
     pub event_names: ::prost::alloc::vec::Vec<EventName>,
     #[prost(message, repeated, tag = "3")]
     pub debug_annotation_names: ::prost::alloc::vec::Vec<DebugAnnotationName>,
+    /// Values of DebugAnnotation.string_value_iid.
+    #[prost(message, repeated, tag = "29")]
+    pub debug_annotation_string_values: ::prost::alloc::vec::Vec<InternedString>,
+}
+/// An interned string (upstream: raw bytes, normally UTF-8).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct InternedString {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: ::core::option::Option<u64>,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub str: ::core::option::Option<::prost::alloc::vec::Vec<u8>>,
 }
 /// An interned TrackEvent name.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -141,7 +152,7 @@ pub struct DebugAnnotation {
     pub array_values: ::prost::alloc::vec::Vec<DebugAnnotation>,
     #[prost(oneof = "debug_annotation::NameField", tags = "1, 10")]
     pub name_field: ::core::option::Option<debug_annotation::NameField>,
-    #[prost(oneof = "debug_annotation::Value", tags = "2, 3, 4, 5, 7, 6")]
+    #[prost(oneof = "debug_annotation::Value", tags = "2, 3, 4, 5, 7, 6, 17")]
     pub value: ::core::option::Option<debug_annotation::Value>,
 }
 /// Nested message and enum types in `DebugAnnotation`.
@@ -167,6 +178,9 @@ pub mod debug_annotation {
         PointerValue(u64),
         #[prost(string, tag = "6")]
         StringValue(::prost::alloc::string::String),
+        /// A string from InternedData.debug_annotation_string_values.
+        #[prost(uint64, tag = "17")]
+        StringValueIid(u64),
     }
 }
 /// A slice begin/end, an instant or a counter value on a track.
