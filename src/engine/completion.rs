@@ -13,10 +13,6 @@ use crate::record::Record;
 /// Longest a parked completion thread sleeps before looking again (it is
 /// normally woken by the interceptor when work arrives).
 const PARK_TIMEOUT: Duration = Duration::from_millis(50);
-/// Rounds without progress spent yielding before the first real sleep.
-const YIELD_ROUNDS: u32 = 4;
-/// First backoff sleep once yielding found nothing.
-const FIRST_SLEEP: Duration = Duration::from_micros(2);
 
 impl<S: DispatchSignal> Engine<S> {
     /// The completion loop. Returns after [`Engine::begin_shutdown`], once
@@ -24,8 +20,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// as lost).
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
         let mut tracked: Vec<InFlight<S>> = Vec::with_capacity(self.pending.capacity());
-        let mut idle_rounds = 0u32;
-        let mut sleep = FIRST_SLEEP;
+        let min_sleep = self.options.min_backoff.min(self.options.max_backoff);
+        let mut sleep = min_sleep;
         loop {
             while let Some(e) = self.pending.pop() {
                 tracked.push(e);
@@ -44,8 +40,17 @@ impl<S: DispatchSignal> Engine<S> {
                 for entry in tracked.drain(..done) {
                     self.complete(backend, entry, observed);
                 }
-                idle_rounds = 0;
-                sleep = FIRST_SLEEP;
+                sleep = min_sleep;
+                // An interceptor waits for ring space or signals: look again
+                // at once. Otherwise let completions accumulate: timestamps
+                // do not depend on when they are read, and nobody but rprof
+                // waits on these signals.
+                if !self.urgent.swap(false, Ordering::AcqRel) {
+                    self.completion_wake
+                        .sleep(SleepKind::Backoff, min_sleep, || {
+                            self.urgent.load(Ordering::Acquire)
+                        });
+                }
                 continue;
             }
             let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
@@ -70,14 +75,11 @@ impl<S: DispatchSignal> Engine<S> {
                         !self.pending.is_empty()
                             || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
                     });
-                idle_rounds = 0;
-                sleep = FIRST_SLEEP;
-            } else if idle_rounds < YIELD_ROUNDS {
-                idle_rounds += 1;
-                std::thread::yield_now();
+                sleep = min_sleep;
             } else {
-                self.completion_wake
-                    .sleep(SleepKind::Backoff, sleep, || false);
+                self.completion_wake.sleep(SleepKind::Backoff, sleep, || {
+                    self.urgent.load(Ordering::Acquire)
+                });
                 sleep = (sleep * 2).min(self.options.max_backoff);
             }
         }

@@ -41,7 +41,7 @@ pub mod packet;
 mod wake;
 mod writer;
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -190,7 +190,10 @@ pub struct EngineOptions {
     /// Longest the interceptor waits for a free signal before passing a
     /// dispatch through untraced.
     pub pool_wait: Duration,
-    /// Longest sleep of the completion thread while dispatches are in flight.
+    /// Sleep of the completion thread between polls while completions flow.
+    pub min_backoff: Duration,
+    /// Longest sleep of the completion thread while dispatches are in flight
+    /// and none completes.
     pub max_backoff: Duration,
 }
 
@@ -201,6 +204,7 @@ impl Default for EngineOptions {
             max_in_flight: 4096,
             record_queue: 1 << 16,
             pool_wait: Duration::from_secs(10),
+            min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
         }
     }
@@ -233,6 +237,8 @@ pub struct Engine<S> {
     in_flight: AtomicU64,
     records: ArrayQueue<Record>,
     completion_wake: Wake,
+    /// Set by an interceptor that waits for the completion thread.
+    urgent: AtomicBool,
     writer_wake: Wake,
     counters: EngineCounters,
     state: AtomicU8,
@@ -248,6 +254,7 @@ impl<S: DispatchSignal> Engine<S> {
             in_flight: AtomicU64::new(0),
             records: ArrayQueue::new(options.record_queue.max(2)),
             completion_wake: Wake::new(),
+            urgent: AtomicBool::new(false),
             writer_wake: Wake::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
@@ -420,11 +427,18 @@ impl<S: DispatchSignal> Engine<S> {
                 }
             }
         }
-        if self.completion_wake.is_sleeping()
-            && (before == 0
-                || self.completion_wake.is_parked()
-                || source.available() < source.capacity() / 4)
-        {
+        // The completion thread parks when nothing is in flight; wake it for
+        // the first dispatch. Otherwise it polls on its own schedule.
+        if before == 0 && self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// Asks the completion thread to poll now (an interceptor is waiting):
+    /// on the first round of a wait and every 16th after.
+    fn wake_urgently(&self, round: u32) {
+        if round % 16 == 0 {
+            self.urgent.store(true, Ordering::Release);
             self.completion_wake.notify();
         }
     }
@@ -439,13 +453,16 @@ impl<S: DispatchSignal> Engine<S> {
         if queue.slots_in_use() + need <= queue.slot_limit {
             return;
         }
+        // Hysteresis: once full, wait for an eighth of the ring to drain, so
+        // that a full queue costs one wake-up per many dispatches.
+        let low_water = queue.slot_limit - queue.slot_limit / 8;
         let start = Instant::now();
         let mut rounds = 0u32;
-        while queue.slots_in_use() + need > queue.slot_limit
+        while queue.slots_in_use() + need > low_water
             && start.elapsed() < self.options.pool_wait
             && self.is_tracing()
         {
-            self.completion_wake.notify();
+            self.wake_urgently(rounds);
             if rounds < 64 {
                 std::thread::yield_now();
             } else {
@@ -488,7 +505,7 @@ impl<S: DispatchSignal> Engine<S> {
             if count <= source.capacity() {
                 got.clear();
             }
-            self.completion_wake.notify();
+            self.wake_urgently(rounds);
             if rounds < 64 {
                 std::thread::yield_now();
             } else {

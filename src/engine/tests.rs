@@ -231,15 +231,24 @@ struct Harness {
 
 impl Harness {
     fn new(pool_size: usize, names: Names) -> Self {
+        Self::with_options(
+            EngineOptions {
+                pid: 42,
+                max_in_flight: pool_size,
+                record_queue: 64,
+                pool_wait: Duration::from_secs(20),
+                min_backoff: Duration::from_micros(50),
+                max_backoff: Duration::from_micros(500),
+            },
+            names,
+        )
+    }
+
+    fn with_options(options: EngineOptions, names: Names) -> Self {
+        let pool_size = options.max_in_flight;
         let signals = Signals::new();
         let pool = Arc::new(FakePool::new(signals.clone(), pool_size));
-        let engine = Arc::new(Engine::new(EngineOptions {
-            pid: 42,
-            max_in_flight: pool_size,
-            record_queue: 64,
-            pool_wait: Duration::from_secs(20),
-            max_backoff: Duration::from_micros(500),
-        }));
+        let engine = Arc::new(Engine::new(options));
         let device = Arc::new(FakeDevice {
             ring: Mutex::new(VecDeque::new()),
             signals: signals.clone(),
@@ -502,6 +511,7 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
         max_in_flight: 4,
         record_queue: 16,
         pool_wait: Duration::from_millis(30),
+        min_backoff: Duration::from_micros(100),
         max_backoff: Duration::from_millis(1),
     });
     let signals = Signals::new();
@@ -538,4 +548,51 @@ fn traced_packets_never_fill_more_than_three_quarters_of_the_ring() {
     assert_eq!(outcome.metadata.dispatches, 200);
     assert!(max_backlog <= 12, "device backlog reached {max_backlog}");
     assert_eq!(q.slots_in_use(), 0);
+}
+
+/// Benchmark (prints figures; run with `cargo test -p rprof-core --release
+/// --lib bench_ -- --ignored --nocapture`): the interceptor's own cost per
+/// single-kernel call, against a pool whose signals are recycled as soon as
+/// the completion thread sees them, with a device that completes at once.
+#[test]
+#[ignore]
+fn bench_interceptor_cost_per_dispatch() {
+    const CALLS: u64 = 200_000;
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 4096,
+            ..EngineOptions::default()
+        },
+        Names::default(),
+    );
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 4096));
+    let pkt_plain = kernel_packet(1, 0);
+    let pkt_signal = kernel_packet(2, 3000);
+    let mut buf: Vec<RawPacket> = Vec::with_capacity(4);
+    let thread_cpu = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid timespec out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let cpu0 = thread_cpu();
+    let t0 = Instant::now();
+    for i in 0..CALLS {
+        let pkt = if i % 4 == 0 { pkt_signal } else { pkt_plain };
+        h.engine.intercept(&q, &[pkt], &*h.pool, |out| {
+            buf.clear();
+            buf.extend_from_slice(out);
+        });
+        // Complete it right away, as a fast device would.
+        let s = buf[0].completion_signal();
+        h.signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+    }
+    let per_call = t0.elapsed().as_nanos() as f64 / CALLS as f64;
+    let cpu_per_call = (thread_cpu() - cpu0) as f64 / CALLS as f64;
+    let (outcome, _, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, CALLS);
+    println!(
+        "interceptor: {per_call:.0} ns wall, {cpu_per_call:.0} ns CPU of the calling thread per single-kernel call (engine only, {CALLS} calls, 1 in 4 forwarded)"
+    );
 }

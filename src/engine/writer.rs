@@ -41,6 +41,11 @@ pub struct WriterOutcome {
     /// Sink calls that failed (each failing sink is disabled after its
     /// first error).
     pub sink_errors: u64,
+    /// Interceptor calls seen.
+    pub intercept_calls: u64,
+    /// Sum of their durations (entry to return, including the runtime's
+    /// writer), in ns.
+    pub intercept_ns: u64,
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -71,12 +76,16 @@ impl<S: DispatchSignal> Engine<S> {
         }
         let mut dispatches = 0u64;
         let mut filtered_out = 0u64;
+        let mut intercept_calls = 0u64;
+        let mut intercept_ns = 0u64;
         loop {
             let mut got = false;
             while let Some(rec) = self.records.pop() {
                 got = true;
                 match rec {
                     Record::Intercept(r) => {
+                        intercept_calls += 1;
+                        intercept_ns += r.end_ns.saturating_sub(r.begin_ns);
                         for (i, sink) in sinks.iter_mut().enumerate() {
                             if !failed[i] {
                                 if let Err(e) = sink.intercept(&r) {
@@ -127,6 +136,8 @@ impl<S: DispatchSignal> Engine<S> {
         WriterOutcome {
             metadata,
             sink_errors: errors,
+            intercept_calls,
+            intercept_ns,
         }
     }
 }

@@ -59,6 +59,8 @@ pub struct Session {
     threads: Mutex<Option<(JoinHandle<()>, JoinHandle<WriterOutcome>)>>,
     finished: AtomicBool,
     verbose: bool,
+    /// Measurement mode: intercept queues with profiling, packets unchanged.
+    passthrough: bool,
 }
 
 // SAFETY: the raw `QueueState` pointers in `queues` come from `Arc::into_raw`
@@ -161,10 +163,20 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
-    let engine = Arc::new(Engine::new(EngineOptions {
+    // Measurement knobs (docs/completion.md): the completion thread's
+    // longest backoff sleep, and a pass-through mode that keeps intercept
+    // queues and profiling but changes no packet.
+    let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
         ..EngineOptions::default()
-    }));
+    };
+    if let Some(us) = std::env::var("RPROF_COMPLETION_MAX_BACKOFF_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        options.max_backoff = Duration::from_micros(us.clamp(1, 100_000));
+    }
+    let engine = Arc::new(Engine::new(options));
     let run = run_info();
     let session: &'static Session = Box::leak(Box::new(Session {
         rt,
@@ -177,6 +189,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         threads: Mutex::new(None),
         finished: AtomicBool::new(false),
         verbose: std::env::var_os("RPROF_VERBOSE").is_some(),
+        passthrough: std::env::var("RPROF_INTERCEPT_PASSTHROUGH").is_ok_and(|v| v == "1"),
     }));
     let threads = match start_threads(engine, RocrBackend::new(rt), sinks, kernels, run, agents) {
         Ok(t) => t,
@@ -387,7 +400,7 @@ impl Session {
             if self.verbose {
                 let stats = self.source.pool().stats();
                 eprintln!(
-                    "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits",
+                    "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns",
                     t0.elapsed(),
                     m.dispatches,
                     m.filtered_out,
@@ -396,7 +409,9 @@ impl Session {
                     m.end_clamped,
                     stats.created,
                     stats.high_water,
-                    stats.acquire_waits
+                    stats.acquire_waits,
+                    o.intercept_calls,
+                    o.intercept_ns / o.intercept_calls.max(1),
                 );
             }
         }
@@ -706,7 +721,7 @@ unsafe extern "C" fn interceptor(
     let written = std::cell::Cell::new(false);
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(s) = session() else { return };
-        if pkts.is_null() || data.is_null() || pkt_count == 0 {
+        if pkts.is_null() || data.is_null() || pkt_count == 0 || s.passthrough {
             return;
         }
         // SAFETY: the runtime passes `pkt_count` packets of 64 bytes;
