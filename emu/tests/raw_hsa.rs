@@ -30,6 +30,8 @@ fn dispatch_barriers_waits_profiling_copies() {
     assert_eq!(r.int("barrier_or_released"), 1);
     assert_eq!(r.int("device_woken_value"), 3);
     assert_eq!(r.int("host_woken_value"), 0);
+    assert_eq!(r.int("wait_any_index"), 1);
+    assert_eq!(r.int("wait_any_value"), 0);
     assert_eq!(r.int("async_calls"), 1);
     assert_eq!(r.int("async_value"), 0);
     // Time model: `slow` is overridden to 500 µs; vadd (2048 items / 64 = 32 workgroups on 104 CUs) takes
@@ -45,6 +47,8 @@ fn dispatch_barriers_waits_profiling_copies() {
     assert_eq!(r.int("stats_faults"), 0);
     assert_eq!(r.int("stats_blits_skipped"), 0);
     assert_eq!(r.int("stats_blits_nonzero"), 1);
+    // The dGPU code-object load ends with ROCr's PM4 icache-invalidate packet.
+    assert_eq!(r.int("stats_vendor_packets_nonzero"), 1);
     // vadd twice (host kernel) + rpc once.
     assert_eq!(r.int("stats_host_kernels"), 3);
     assert_eq!(r.int("done"), 1);
@@ -182,4 +186,39 @@ fn kernels_share_compute_units_and_respect_the_barrier_bit() {
     assert_eq!(r.int("small_one_queue_overlap"), 1);
     assert_eq!(r.int("small_one_queue_barrier_overlap"), 0);
     assert_eq!(r.int("done"), 1);
+}
+
+#[test]
+fn config_file_selects_the_machine() {
+    let dir = hsakmt::test_support::profile_dir()
+        .unwrap()
+        .join("emu-config-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("emu.conf");
+    std::fs::write(
+        &file,
+        "# two GPUs\nGPUS = gfx906, gfx1030\nCUS=12 # small\n",
+    )
+    .unwrap();
+    let r = run(
+        &hsa_raw(),
+        &["topology"],
+        &[("RPROF_EMU_CONFIG", file.to_str().unwrap())],
+    );
+    assert_eq!(r.int("gpu_count"), 2);
+    assert_eq!(r.get("gpu0_name"), "gfx906");
+    assert_eq!(r.get("gpu1_name"), "gfx1030");
+    assert_eq!(r.int("gpu1_cus"), 12);
+    // The environment wins over the file.
+    let r = run(
+        &hsa_raw(),
+        &["topology"],
+        &[
+            ("RPROF_EMU_CONFIG", file.to_str().unwrap()),
+            ("RPROF_EMU_GPUS", "gfx900"),
+        ],
+    );
+    assert_eq!(r.int("gpu_count"), 1);
+    assert_eq!(r.get("gpu0_name"), "gfx900");
+    assert_eq!(r.int("gpu0_cus"), 12);
 }

@@ -364,6 +364,23 @@ static int mode_main(const char* code_object) {
     CHECK(hsa_amd_memory_pool_free(ra));
   }
 
+  // hsa_amd_signal_wait_any (hsaKmtWaitOnMultipleEvents, wait-any) woken by a device-side signal update.
+  {
+    hsa_signal_t ws[2] = {signal(1), signal(1)};
+    hsa_signal_condition_t conds[2] = {HSA_SIGNAL_CONDITION_EQ, HSA_SIGNAL_CONDITION_EQ};
+    hsa_signal_value_t vals[2] = {0, 0};
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      rprof_emu_signal_add(ws[1].handle, -1);
+    });
+    hsa_signal_value_t seen = -1;
+    uint32_t which = hsa_amd_signal_wait_any(2, ws, conds, vals, UINT64_MAX, HSA_WAIT_STATE_BLOCKED, &seen);
+    t.join();
+    printf("wait_any_index=%u\nwait_any_value=%ld\n", which, (long)seen);
+    CHECK(hsa_signal_destroy(ws[0]));
+    CHECK(hsa_signal_destroy(ws[1]));
+  }
+
   // Async handler on a completion signal.
   {
     hsa_signal_t as = signal(1);
@@ -439,7 +456,7 @@ static int mode_main(const char* code_object) {
   rprof_emu_get_stats(&st);
   printf("stats_faults=%lu\nstats_blits_skipped=%lu\nstats_host_kernels=%lu\n", (unsigned long)st.faults,
          (unsigned long)st.blits_skipped, (unsigned long)st.host_kernels);
-  printf("stats_blits_nonzero=%d\n", st.blits > 0);
+  printf("stats_blits_nonzero=%d\nstats_vendor_packets_nonzero=%d\n", st.blits > 0, st.vendor_packets > 0);
   CHECK(hsa_signal_destroy(s));
   CHECK(hsa_queue_destroy(q));
   CHECK(hsa_executable_destroy(g_exec));
