@@ -5,7 +5,8 @@
 #
 # Usage: scripts/build-workloads.sh [OUTDIR]     (default: target/workloads, relative to the repository)
 # Environment: CXX (default g++), CLANG (default clang-15), AMDGPU_MCPU (default gfx90a).
-# A target is rebuilt only when one of its inputs (or the compiler command) changed since the last build.
+# A target is rebuilt only when one of its inputs (sources, ROCr headers), the compiler command or the compiler's
+# version changed since the last build.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$repo/target/workloads}"
@@ -29,16 +30,15 @@ fi
 mkdir -p "$out"
 
 # build NAME OUTPUT INPUT... -- COMMAND...: runs COMMAND (which writes "$tmp") unless OUTPUT exists and its stamp
-# (a hash of the inputs and the command) is unchanged. The output is replaced atomically.
+# (a hash of the inputs, the command and the compiler's version) is unchanged. The output is replaced atomically.
 build() {
   local name="$1" output="$2"
   shift 2
   local inputs=()
   while [ "$1" != "--" ]; do inputs+=("$1"); shift; done
   shift
-  local stamp="$output.stamp"
-  local hash
-  hash="$( { cat "${inputs[@]}"; printf '%s\0' "$@"; } | sha256sum | cut -d' ' -f1)"
+  local stamp="$output.stamp" hash tmp
+  hash="$( { cat "${inputs[@]}"; printf '%s\0' "$@"; "$1" --version 2>&1 | head -1; } | sha256sum | cut -d' ' -f1)"
   if [ -f "$output" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
     echo "build-workloads: $name is up to date"
     return
@@ -58,6 +58,7 @@ build() {
 build rpc_kernels.hsaco "$out/rpc_kernels.hsaco" "$src/rpc_kernels.cl" -- \
   "$CLANG" -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa "-mcpu=$MCPU" -nogpulib -O2 \
   "$src/rpc_kernels.cl" -o @OUT@
-build rpc-doorbell "$out/rpc-doorbell" "$src/rpc_doorbell.cpp" -- \
+build rpc-doorbell "$out/rpc-doorbell" "$src/rpc_doorbell.cpp" /usr/include/hsa/hsa.h \
+  /usr/include/hsa/hsa_ext_amd.h /usr/include/hsa/amd_hsa_signal.h -- \
   "$CXX" -std=c++17 -O2 -g -Wall -Wextra "$src/rpc_doorbell.cpp" -o @OUT@ \
   -lhsa-runtime64 -ldl -lpthread

@@ -169,6 +169,10 @@ fn parse(stdout: &str) -> HashMap<String, String> {
     values
 }
 
+fn hex(v: &str) -> u64 {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{v} is not hex"))
+}
+
 /// Runs the workload over the emulator; kills it and fails the test after [`RUN_TIMEOUT`].
 fn run(args: &[&str]) -> Run {
     let s = setup();
@@ -237,6 +241,10 @@ fn small_default_run_answers_every_call_once() {
         1,
         "a fresh interrupt signal has an event mailbox"
     );
+    assert!(hex(r.get("doorbell.handle")) != 0);
+    assert!(hex(r.get("doorbell.mailbox")) != 0);
+    assert!(r.int("doorbell.event_id") > 0);
+    assert!(r.int("server.tid") > 0);
 }
 
 #[test]
@@ -269,10 +277,11 @@ fn thousands_of_calls_from_many_kernels_lose_no_wake_up() {
 }
 
 #[test]
-fn spread_out_launches_sleep_and_wake_many_times() {
-    // Launch gaps let the server drain the ring and sleep between kernels, so there are many 0 -> 1 rings and
-    // wakes, from four queues at once; the wake log has a row per wake.
-    let log = setup().scratch.join("spread-wakes.csv");
+fn drained_launches_sleep_and_wake_once_per_kernel_at_least() {
+    // Each kernel is launched (queues in turn) once the server has served every earlier call, so the doorbell is
+    // back at 0 and each kernel's first call rings: at least one ring and one wake per kernel. The wake log has a
+    // row per wake.
+    let log = setup().scratch.join("drained-wakes.csv");
     let _ = std::fs::remove_file(&log);
     let r = run(&[
         "--kernels",
@@ -283,8 +292,7 @@ fn spread_out_launches_sleep_and_wake_many_times() {
         "4",
         "--queues",
         "4",
-        "--launch-gap-us",
-        "1000",
+        "--drain-between",
         "--wait-timeout-ms",
         "0",
         "--deadline-s",
@@ -295,26 +303,22 @@ fn spread_out_launches_sleep_and_wake_many_times() {
     r.assert_counts(64, 8, 4);
     assert_eq!(r.int("timeouts"), 0);
     assert!(
-        r.int("rings") >= 2,
-        "launches 1 ms apart must ring more than once:\n{}",
+        r.int("rings") >= 64,
+        "a ring per drained kernel:\n{}",
         r.stdout
     );
     let csv = std::fs::read_to_string(&log).unwrap();
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("wake,sleep_begin_ns,wake_ns,serve_end_ns,value_at_wake,served,timeouts,ring_ns")
+        Some("wake,sleep_begin_ns,wake_ns,serve_end_ns,value_at_wake,served,timeouts,ring_ns,ring_kernel")
     );
-    let rows: Vec<Vec<u64>> = lines
-        .map(|l| {
-            l.split(',')
-                .map(|f| f.parse::<i64>().unwrap() as u64)
-                .collect()
-        })
+    let rows: Vec<Vec<i64>> = lines
+        .map(|l| l.split(',').map(|f| f.parse::<i64>().unwrap()).collect())
         .collect();
     assert_eq!(rows.len() as u64, r.int("wakes"));
     assert_eq!(
-        rows.iter().map(|r| r[5]).sum::<u64>(),
+        rows.iter().map(|r| r[5]).sum::<i64>(),
         64 * 8 * 4,
         "served per wake adds up to the calls"
     );
@@ -324,22 +328,37 @@ fn spread_out_launches_sleep_and_wake_many_times() {
         "a ring time per rung wake"
     );
     for (i, row) in rows.iter().enumerate() {
-        assert_eq!(row[0], i as u64);
+        assert_eq!(row.len(), 9);
+        assert_eq!(row[0], i as i64);
         assert!(
             row[1] <= row[2] && row[2] <= row[3],
             "sleep <= wake <= serve end: {row:?}"
         );
         assert!(
-            row[5] >= 1 && row[5] as i64 <= row[4] as i64,
-            "serves at most the value seen: {row:?}"
+            row[5] >= 1 && row[5] <= row[4],
+            "serves at least one call and at most the value seen: {row:?}"
         );
+        assert_eq!(row[6], 0, "no timeouts without a wait timeout");
         if row[7] != 0 {
             assert!(row[7] <= row[2], "ring before wake: {row:?}");
+            assert!(
+                (0..64).contains(&row[8]),
+                "the ringing kernel is known: {row:?}"
+            );
+        } else {
+            assert_eq!(row[8], -1, "no ring, no ringing kernel: {row:?}");
         }
         if i > 0 {
             assert!(rows[i - 1][3] <= row[1], "wakes do not overlap");
         }
     }
+    let ringing: std::collections::BTreeSet<i64> =
+        rows.iter().map(|r| r[8]).filter(|k| *k >= 0).collect();
+    assert_eq!(
+        ringing,
+        (0..64).collect(),
+        "every drained kernel's first call woke the server"
+    );
 }
 
 #[test]
@@ -352,6 +371,8 @@ fn doorbell_without_event_still_works() {
         "the event budget was used up before the doorbell was created"
     );
     assert_eq!(r.int("exhausted"), 1);
+    assert_eq!(hex(r.get("doorbell.mailbox")), 0);
+    assert_eq!(r.int("doorbell.event_id"), 0);
     assert!(r.int("exhaust_signals") > 4000 && r.int("exhaust_signals") <= 4097);
     // Under load too, with the polling wait.
     let r = run(&[

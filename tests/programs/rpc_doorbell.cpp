@@ -70,6 +70,7 @@ struct Options {
   uint32_t wait_timeout_ms = 100;
   uint32_t deadline_s = 60;
   uint32_t launch_gap_us = 0;
+  bool drain_between = false;
   bool exhaust_events = false;
   std::string code_object;
   std::string wake_log;
@@ -92,17 +93,25 @@ static const char kUsage[] =
     "  --queues Q           queues the kernels are spread over, launched from one thread each (default 1)\n"
     "  --launch-gap-us G    pause between two launches on a queue, so calls arrive spread out and the server\n"
     "                       sleeps and wakes more often (default 0: all kernels launched back to back)\n"
+    "  --drain-between      launch the kernels one at a time (queues in turn), each once every call of the\n"
+    "                       previous ones was served: every kernel's first call then rings a drained doorbell,\n"
+    "                       so rings >= kernels (the --launch-gap-us pause follows each drain)\n"
     "  --wait-timeout-ms T  timeout of the server's doorbell wait (default 100; 0 = wait forever)\n"
     "  --deadline-s S       give up (exit 1, report a suspected lost wake-up) if not every call is served after S\n"
     "                       seconds (default 60)\n"
     "  --exhaust-events     before creating the doorbell, create interrupt signals until the emulator's 4096-event\n"
     "                       budget is used up, so ROCr gives the doorbell no event (its waits poll)\n"
     "  --code-object PATH   code object with `rpc_client` (default: rpc_kernels.hsaco next to the executable)\n"
-    "  --wake-log PATH      write one CSV row per server wake (sleep, wake, ring and serve times, CLOCK_BOOTTIME ns)\n"
+    "  --wake-log PATH      write one CSV row per server wake: wake,sleep_begin_ns,wake_ns,serve_end_ns,\n"
+    "                       value_at_wake,served,timeouts,ring_ns,ring_kernel (CLOCK_BOOTTIME ns; ring_ns 0 and\n"
+    "                       ring_kernel -1 for a wake no ring caused: the doorbell was already non-zero)\n"
     "\n"
     "Prints lines starting with \"RPC \": the configuration, `doorbell_event=0|1` (whether the doorbell has an event\n"
-    "mailbox), `calls= served= wakes= timeouts= shutdown_wakes= rings= kernels=`, per-kind counts, batch sizes and\n"
-    "ring-to-wake latencies, and `result=ok|fail`. Exit status: 0 all checks passed, 1 a check failed, 2 error.\n";
+    "mailbox), the doorbell's handle, event id and mailbox, the server thread's tid,\n"
+    "`calls= served= wakes= timeouts= shutdown_wakes= rings= kernels=` (wakes: waits that returned v != 0, the\n"
+    "shutdown wake not included; rings: calls that found the doorbell at 0 and raised the interrupt), per-kind\n"
+    "counts, batch sizes, ring-to-wake latencies, times, and `result=ok|fail`.\n"
+    "Exit status: 0 all checks passed, 1 a check failed, 2 usage or HSA error.\n";
 
 static uint32_t parse_u32(const char* opt, const char* value, uint32_t min, uint32_t max) {
   if (!value) {
@@ -142,6 +151,8 @@ static Options parse_options(int argc, char** argv) {
       o.launch_gap_us = parse_u32("--launch-gap-us", next, 0, 10000000), i++;
     } else if (a == "--deadline-s") {
       o.deadline_s = parse_u32("--deadline-s", next, 1, 100000), i++;
+    } else if (a == "--drain-between") {
+      o.drain_between = true;
     } else if (a == "--exhaust-events") {
       o.exhaust_events = true;
     } else if (a == "--code-object" && next) {
@@ -541,10 +552,10 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   Options opt = parse_options(argc, argv);
   const uint64_t total = (uint64_t)opt.kernels * opt.lanes * opt.calls;
-  printf("RPC config kernels=%u lanes=%u calls=%u slow_us=%u queues=%u launch_gap_us=%u wait_timeout_ms=%u "
-         "exhaust_events=%d\n",
-         opt.kernels, opt.lanes, opt.calls, opt.slow_us, opt.queues, opt.launch_gap_us, opt.wait_timeout_ms,
-         opt.exhaust_events ? 1 : 0);
+  printf("RPC config kernels=%u lanes=%u calls=%u slow_us=%u queues=%u launch_gap_us=%u drain_between=%d "
+         "wait_timeout_ms=%u exhaust_events=%d\n",
+         opt.kernels, opt.lanes, opt.calls, opt.slow_us, opt.queues, opt.launch_gap_us, opt.drain_between ? 1 : 0,
+         opt.wait_timeout_ms, opt.exhaust_events ? 1 : 0);
 
   CHECK(hsa_init());
   CHECK(hsa_iterate_agents(find_agents, nullptr));
@@ -611,6 +622,8 @@ int main(int argc, char** argv) {
   CHECK(hsa_signal_create(0, 0, nullptr, &server.doorbell));
   const bool doorbell_event = mailbox_of(server.doorbell) != 0;
   printf("RPC doorbell_event=%d\n", doorbell_event ? 1 : 0);
+  printf("RPC doorbell handle=0x%lx event_id=%u mailbox=0x%lx\n", (unsigned long)server.doorbell.handle,
+         ((const amd_signal_t*)server.doorbell.handle)->event_id, (unsigned long)mailbox_of(server.doorbell));
   check(doorbell_event == !opt.exhaust_events, "doorbell_event",
         opt.exhaust_events ? "the doorbell still has an event mailbox after exhausting events"
                            : "the doorbell has no event mailbox");
@@ -631,10 +644,32 @@ int main(int argc, char** argv) {
   }
 
   const uint64_t t_start = boottime_ns();
-  std::thread server_thread([&server] { server.run(); });
-  // Launch: one thread per queue, each dispatching its kernels (k % Q == q) back to back.
+  std::thread server_thread([&server] {
+    printf("RPC server tid=%ld\n", (long)gettid());
+    server.run();
+  });
+  const uint64_t deadline = t_start + (uint64_t)opt.deadline_s * 1000000000ull;
+  auto give_up = [&](const char* what) {
+    printf("RPC check_failed=%s served=%lu of %lu doorbell_value=%ld issued=%lu kernels_ran=%lu\nRPC result=fail\n",
+           what, (unsigned long)server.served_total.load(), (unsigned long)total,
+           (long)hsa_signal_load_scacquire(server.doorbell), (unsigned long)g_issued.load(),
+           (unsigned long)g_client_kernels.load());
+    fflush(stdout);
+    _exit(1);  // the server thread may be asleep forever: do not join it
+  };
+  // Launch: one thread per queue, each dispatching its kernels (k % Q == q) back to back; or, with
+  // --drain-between, kernel by kernel (queues in turn), each once every call of the previous ones was served.
   std::vector<std::thread> launchers;
-  for (uint32_t q = 0; q < opt.queues; q++) {
+  for (uint32_t k = 0; opt.drain_between && k < opt.kernels; k++) {
+    dispatch(queues[k % opt.queues], kernel_object, kernargs + k * kernarg_stride, opt.lanes, done[k]);
+    const uint64_t target = (uint64_t)(k + 1) * opt.lanes * opt.calls;
+    while (server.served_total.load(std::memory_order_acquire) < target) {
+      if (boottime_ns() > deadline) give_up("lost_wakeup");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (opt.launch_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(opt.launch_gap_us));
+  }
+  for (uint32_t q = 0; !opt.drain_between && q < opt.queues; q++) {
     launchers.emplace_back([&, q] {
       for (uint32_t k = q; k < opt.kernels; k += opt.queues) {
         if (k != q && opt.launch_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(opt.launch_gap_us));
@@ -644,28 +679,16 @@ int main(int argc, char** argv) {
   }
   for (auto& t : launchers) t.join();
   // Every kernel completes (the device side never waits), then every call must be served.
-  const uint64_t deadline = t_start + (uint64_t)opt.deadline_s * 1000000000ull;
   for (auto s : done) {
     while (hsa_signal_wait_scacquire(s, HSA_SIGNAL_CONDITION_EQ, 0, freq / 10, HSA_WAIT_STATE_BLOCKED) != 0) {
-      if (boottime_ns() > deadline) {
-        printf("RPC check_failed=kernels_complete completed=%lu of %u\nRPC result=fail\n",
-               (unsigned long)g_client_kernels.load(), opt.kernels);
-        fflush(stdout);
-        _exit(1);
-      }
+      if (boottime_ns() > deadline) give_up("kernels_complete");
     }
   }
   const uint64_t t_kernels_done = boottime_ns();
   {
     std::unique_lock<std::mutex> lock(server.mu);
     while (server.served_total.load(std::memory_order_acquire) < total) {
-      if (boottime_ns() > deadline) {
-        printf("RPC check_failed=lost_wakeup served=%lu of %lu doorbell_value=%ld issued=%lu\nRPC result=fail\n",
-               (unsigned long)server.served_total.load(), (unsigned long)total,
-               (long)hsa_signal_load_scacquire(server.doorbell), (unsigned long)g_issued.load());
-        fflush(stdout);
-        _exit(1);  // the server thread may be asleep forever: do not join it
-      }
+      if (boottime_ns() > deadline) give_up("lost_wakeup");
       server.all_served.wait_for(lock, std::chrono::milliseconds(100));
     }
   }
@@ -730,6 +753,8 @@ int main(int argc, char** argv) {
   check(server.shutdown_wakes == 1, "shutdown_wakes", "%lu", (unsigned long)server.shutdown_wakes);
   check(rang == g_rings.load() && rang >= 1 && rang <= wakes, "rings", "rang=%lu counted=%lu wakes=%lu",
         (unsigned long)rang, (unsigned long)g_rings.load(), (unsigned long)wakes);
+  check(!opt.drain_between || rang >= opt.kernels, "drained_kernels_ring", "rang=%lu kernels=%u", (unsigned long)rang,
+        opt.kernels);
   check(rang_not_first == 0, "ring_starts_batch", "%lu", (unsigned long)rang_not_first);
   check(g_producer_threads.load() == 0, "single_producer", "the host kernel ran on more than one thread");
   const int64_t final_value = hsa_signal_load_scacquire(server.doorbell);
@@ -758,16 +783,23 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rpc-doorbell: cannot write %s: %s\n", opt.wake_log.c_str(), strerror(errno));
       return 2;
     }
-    fprintf(f, "wake,sleep_begin_ns,wake_ns,serve_end_ns,value_at_wake,served,timeouts,ring_ns\n");
+    fprintf(f, "wake,sleep_begin_ns,wake_ns,serve_end_ns,value_at_wake,served,timeouts,ring_ns,ring_kernel\n");
+    // The ring that caused a wake is the first call of its batch (see the checks); wakes without one found the
+    // doorbell already non-zero when the server came back to wait.
     std::vector<uint64_t> ring_of(wakes, 0);
-    for (uint64_t id = 0; id < total; id++)
-      if (requests[id].rang && requests[id].batch_pos == 0 && requests[id].wake < wakes)
-        ring_of[requests[id].wake] = requests[id].ring_ns;
+    std::vector<int64_t> kernel_of(wakes, -1);
+    for (uint64_t id = 0; id < total; id++) {
+      const RpcRequest& r = requests[id];
+      if (r.rang && r.batch_pos == 0 && r.wake < wakes) {
+        ring_of[r.wake] = r.ring_ns;
+        kernel_of[r.wake] = r.kernel_index;
+      }
+    }
     for (uint64_t i = 0; i < wakes; i++) {
       const WakeRecord& w = server.wakes[i];
-      fprintf(f, "%lu,%lu,%lu,%lu,%ld,%u,%u,%lu\n", (unsigned long)i, (unsigned long)w.sleep_begin_ns,
+      fprintf(f, "%lu,%lu,%lu,%lu,%ld,%u,%u,%lu,%ld\n", (unsigned long)i, (unsigned long)w.sleep_begin_ns,
               (unsigned long)w.wake_ns, (unsigned long)w.serve_end_ns, (long)w.value, w.served, w.timeouts,
-              (unsigned long)ring_of[i]);
+              (unsigned long)ring_of[i], (long)kernel_of[i]);
     }
     fclose(f);
   }
