@@ -18,7 +18,8 @@
 //!    `queue_inactive_signal` gets the hardware error code and its event fires.
 //! 3. Idle policy: after the last progress the thread spins (with `sched_yield`) for `spin_us`; then it naps, starting
 //!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
-//!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once.
+//!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once; with no queue at
+//!    all the thread blocks until one is created.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::mem::offset_of;
@@ -419,13 +420,18 @@ impl CpThread {
             if let Some(d) = next_deadline {
                 sleep = sleep.min(d - now);
             }
+            // With no queue and nothing in flight there is no doorbell to watch: sleep until a queue is created.
+            let nothing_to_watch = self.heap.is_empty() && self.cp.lock_queues().is_empty();
             let (lock, cv) = &self.cp.kick;
             let mut kicked = lock.lock().unwrap_or_else(|e| e.into_inner());
             if !*kicked {
-                kicked = cv
-                    .wait_timeout(kicked, Duration::from_nanos(sleep))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                kicked = if nothing_to_watch {
+                    cv.wait(kicked).unwrap_or_else(|e| e.into_inner())
+                } else {
+                    cv.wait_timeout(kicked, Duration::from_nanos(sleep))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                };
             }
             if *kicked {
                 *kicked = false;
