@@ -431,3 +431,24 @@ fn help_and_bad_options() {
         r.stderr
     );
 }
+
+#[test]
+fn a_call_served_twice_fails_the_run() {
+    // The checks can fail: with request 5 served twice the program reports it and exits 1.
+    let r = run(&["--fault-serve-twice", "5"]);
+    assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.get("result"), "fail");
+    assert!(
+        r.stdout
+            .contains("RPC check_failed=served_once not_once=1 duplicates=1"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("RPC check_failed=served server=128 per_request_sum=129"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.int("calls"), 128);
+}

@@ -71,6 +71,7 @@ struct Options {
   uint32_t deadline_s = 60;
   uint32_t launch_gap_us = 0;
   bool drain_between = false;
+  int64_t fault_serve_twice = -1;
   bool exhaust_events = false;
   std::string code_object;
   std::string wake_log;
@@ -101,6 +102,7 @@ static const char kUsage[] =
     "                       seconds (default 60)\n"
     "  --exhaust-events     before creating the doorbell, create interrupt signals until the emulator's 4096-event\n"
     "                       budget is used up, so ROCr gives the doorbell no event (its waits poll)\n"
+    "  --fault-serve-twice ID  (tests the checks) serve request ID twice: the run must fail with exit status 1\n"
     "  --code-object PATH   code object with `rpc_client` (default: rpc_kernels.hsaco next to the executable)\n"
     "  --wake-log PATH      write one CSV row per server wake: wake,sleep_begin_ns,wake_ns,serve_end_ns,\n"
     "                       value_at_wake,served,timeouts,ring_ns,ring_kernel (CLOCK_BOOTTIME ns; ring_ns 0 and\n"
@@ -151,6 +153,8 @@ static Options parse_options(int argc, char** argv) {
       o.launch_gap_us = parse_u32("--launch-gap-us", next, 0, 10000000), i++;
     } else if (a == "--deadline-s") {
       o.deadline_s = parse_u32("--deadline-s", next, 1, 100000), i++;
+    } else if (a == "--fault-serve-twice") {
+      o.fault_serve_twice = parse_u32("--fault-serve-twice", next, 0, UINT32_MAX), i++;
     } else if (a == "--drain-between") {
       o.drain_between = true;
     } else if (a == "--exhaust-events") {
@@ -397,6 +401,7 @@ struct Server {
   uint64_t ring_tail = 0;  // consumer position (server thread only)
   uint64_t total = 0;
   uint64_t timeout_ticks = UINT64_MAX;
+  int64_t fault_serve_twice = -1;  // --fault-serve-twice
   std::vector<WakeRecord> wakes;  // capacity total + 1, reserved up front
   uint64_t timeouts = 0;
   uint64_t shutdown_wakes = 0;
@@ -509,6 +514,7 @@ struct Server {
           break;
         }
         serve((uint32_t)id, wake_index, w.served);
+        if (id == fault_serve_twice) serve((uint32_t)id, wake_index, w.served);
         w.served++;
         hsa_signal_subtract_screlease(doorbell, 1);
         uint64_t done = served_total.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -557,7 +563,13 @@ int main(int argc, char** argv) {
          opt.kernels, opt.lanes, opt.calls, opt.slow_us, opt.queues, opt.launch_gap_us, opt.drain_between ? 1 : 0,
          opt.wait_timeout_ms, opt.exhaust_events ? 1 : 0);
 
-  CHECK(hsa_init());
+  if (hsa_status_t st = hsa_init(); st != HSA_STATUS_SUCCESS) {
+    const char* msg = "?";
+    hsa_status_string(st, &msg);
+    fprintf(stderr, "rpc-doorbell: hsa_init failed (0x%x %s): run it over rprof's emulated GPU, with LD_LIBRARY_PATH "
+            "holding a libhsakmt.so.1 that links to the emulator's libhsakmt.so\n", (unsigned)st, msg);
+    return 2;
+  }
   CHECK(hsa_iterate_agents(find_agents, nullptr));
   if (g_gpu.handle == 0 || g_cpu.handle == 0) {
     fprintf(stderr, "rpc-doorbell: no GPU agent (is the emulator's libhsakmt.so.1 on LD_LIBRARY_PATH?)\n");
@@ -634,6 +646,7 @@ int main(int argc, char** argv) {
   server.ring_slots = ring_slots;
   server.ring_mask = ring_capacity - 1;
   server.total = total;
+  server.fault_serve_twice = opt.fault_serve_twice;
   server.timeout_ticks = opt.wait_timeout_ms == 0 ? UINT64_MAX : (uint64_t)opt.wait_timeout_ms * (freq / 1000);
   server.wakes.reserve(total + 1);
 
