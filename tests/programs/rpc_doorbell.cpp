@@ -25,6 +25,13 @@
 //
 // Output: machine-readable lines starting with "RPC " (key=value pairs); exit 0 when every check passed, 1 when a
 // check failed, 2 on a usage or HSA error.
+//
+// What a tracer wrapping the signal waits sees of a run: the server thread (`RPC server tid=`) calls
+// hsa_signal_wait_scacquire on the doorbell (`RPC doorbell handle=`) exactly wakes + timeouts + shutdown_wakes times;
+// each call returns the value the server acted on (`value_at_wake` of --wake-log). `rings` counts the 0 -> 1
+// transitions that raised the interrupt; wakes - rings are waits that found the doorbell already non-zero. Ring
+// times (CLOCK_BOOTTIME, the clock of rprof's records) are known here only, because the emulated device is host
+// code; on the emulator a host kernel runs at launch, so its rings precede the kernel's modelled start time.
 #include <hsa/amd_hsa_signal.h>
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
@@ -49,15 +56,15 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                             \
-  do {                                                                       \
-    hsa_status_t status_ = (x);                                              \
-    if (status_ != HSA_STATUS_SUCCESS) {                                     \
-      const char* msg_ = "?";                                                \
-      hsa_status_string(status_, &msg_);                                     \
+#define CHECK(x)                                                                                         \
+  do {                                                                                                   \
+    hsa_status_t status_ = (x);                                                                          \
+    if (status_ != HSA_STATUS_SUCCESS) {                                                                 \
+      const char* msg_ = "?";                                                                            \
+      hsa_status_string(status_, &msg_);                                                                 \
       fprintf(stderr, "rpc-doorbell: %s:%d: %s: 0x%x %s\n", __FILE__, __LINE__, #x, (unsigned)status_, msg_); \
-      exit(2);                                                               \
-    }                                                                        \
+      exit(2);                                                                                           \
+    }                                                                                                    \
   } while (0)
 
 // --- Options -------------------------------------------------------------------------------------------------
@@ -402,14 +409,14 @@ struct Server {
   uint64_t total = 0;
   uint64_t timeout_ticks = UINT64_MAX;
   int64_t fault_serve_twice = -1;  // --fault-serve-twice
-  std::vector<WakeRecord> wakes;  // capacity total + 1, reserved up front
+  std::vector<WakeRecord> wakes;   // capacity total + 1, reserved up front
   uint64_t timeouts = 0;
   uint64_t shutdown_wakes = 0;
-  uint64_t duplicates = 0;      // requests served a second time
-  uint64_t failed_calls = 0;    // calls whose own check failed on the server
+  uint64_t duplicates = 0;       // requests served a second time
+  uint64_t failed_calls = 0;     // calls whose own check failed on the server
   uint64_t ring_underflows = 0;  // v said pending, the ring had nothing published in time
-  uint64_t ring_waits = 0;      // slots reserved but not yet published when read (multi-producer case)
-  uint64_t bad_values = 0;      // negative values, or a shutdown wake with v != 1 or a non-empty ring
+  uint64_t ring_waits = 0;       // slots reserved but not yet published when read (multi-producer case)
+  uint64_t bad_values = 0;       // negative values, or a shutdown wake with v != 1 or a non-empty ring
   uint64_t busy_ns = 0;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> served_total{0};
