@@ -158,6 +158,13 @@ fn exit_without_shutdown_records_every_dispatch() {
 }
 
 #[test]
+fn quick_exit_without_shutdown_records_every_dispatch() {
+    let run = run_traced("quick-exit", &["exit", "300", "quick"], Load::ToolsLib, &[]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 300);
+}
+
+#[test]
 fn exit_with_far_more_dispatches_than_the_ring_holds() {
     // 3000 dispatches into a 256-packet queue without waiting: the runtime's
     // hidden ring must never overflow twice (ROCr 5.2.3 aborts), and every

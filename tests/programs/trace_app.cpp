@@ -4,7 +4,7 @@
 // Usage: trace_app <code-object> <mode> [args]
 //   threads T N     T threads, each with its own queue, N dispatches each
 //   shared T N      T threads writing into one shared queue, N dispatches each
-//   exit N          N dispatches, then exit(0) with work in flight and no hsa_shut_down
+//   exit N [quick]  N dispatches, then exit(0) (or quick_exit(0)) with work in flight and no hsa_shut_down
 // Kernels rotate alpha / beta_kernel / gamma_with_a_longer_name. Every 3rd dispatch carries an app completion
 // signal that the thread waits on (blocked wait) right away; the rest carry none. Each thread ends with a
 // barrier-AND packet whose signal it waits on, so it knows its queue drained.
@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
       g_count[i % 3]++;
     }
     report();
+    if (argc > 4 && std::string(argv[4]) == "quick") quick_exit(0);
     exit(0);
   }
   fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -215,9 +215,13 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
         })
     };
-    // SAFETY: registering a plain extern "C" function; failure only means no
-    // flush at exit, which hsa_shut_down still covers.
-    unsafe { libc::atexit(at_exit) };
+    // SAFETY: registering a plain extern "C" function with the C library
+    // (glibc has both); failure only means no flush at exit, which
+    // hsa_shut_down still covers. `quick_exit` runs only the second list.
+    unsafe {
+        libc::atexit(at_exit);
+        at_quick_exit(at_exit);
+    }
     true
 }
 
@@ -423,6 +427,11 @@ pub fn on_unload() {
     if let Some(s) = session() {
         s.finish("OnUnload");
     }
+}
+
+extern "C" {
+    /// C11 `at_quick_exit` (glibc); not in the `libc` crate.
+    fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
 }
 
 extern "C" fn at_exit() {
