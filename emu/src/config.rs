@@ -287,7 +287,8 @@ impl Config {
     /// The default time model: `base + ceil(workgroups / cus) * workgroup_ns`.
     pub fn model_duration_ns(&self, workgroups: u64, cus: u32) -> u64 {
         let waves = workgroups.div_ceil(u64::from(cus.max(1)));
-        self.kernel_base_ns + waves.saturating_mul(self.kernel_workgroup_ns)
+        self.kernel_base_ns
+            .saturating_add(waves.saturating_mul(self.kernel_workgroup_ns))
     }
 }
 

@@ -385,13 +385,19 @@ impl CpThread {
         let mut last_activity = now_ns();
         let mut nap_ns = MIN_NAP_NS;
         loop {
-            let mut progress = self.retire(now_ns());
-            {
+            // A bug must not silently stop the GPU (every waiter would hang): report it and keep serving.
+            let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut progress = self.retire(now_ns());
                 let mut qs = self.cp.lock_queues();
                 for q in qs.iter_mut() {
                     progress |= self.process_queue(q);
                 }
-            }
+                progress
+            }));
+            let progress = pass.unwrap_or_else(|_| {
+                eprintln!("rprof-emu: internal error in the command processor; continuing");
+                true
+            });
             let now = now_ns();
             if progress {
                 last_activity = now;
@@ -454,7 +460,7 @@ impl CpThread {
             let Some(q) = qs.iter_mut().find(|q| q.id == p.queue) else {
                 continue;
             };
-            q.inflight -= 1;
+            q.inflight = q.inflight.saturating_sub(1);
             let ticks = p
                 .profiling
                 .then(|| (gpu_ticks_at(p.start_ns), gpu_ticks_at(p.deadline.0)));
@@ -658,7 +664,7 @@ impl CpThread {
         let start_ns = now_ns();
         self.seq += 1;
         self.heap.push(Pending {
-            deadline: std::cmp::Reverse(start_ns + duration),
+            deadline: std::cmp::Reverse(start_ns.saturating_add(duration)),
             seq: std::cmp::Reverse(self.seq),
             queue: q.id,
             node: q.node,
@@ -676,7 +682,7 @@ impl CpThread {
 
     fn try_rocclr_blit(&self, name: &str, p: &hsa_kernel_dispatch_packet_t) {
         let karg = p.kernarg_address as usize;
-        let Some(args) = crate::kernels::read_untracked_pub(karg, 64) else {
+        let Some(args) = crate::kernels::read_untracked(karg, 64) else {
             return;
         };
         let Some(blit) = crate::kernels::rocclr_blit(name, &args) else {
@@ -695,7 +701,7 @@ impl CpThread {
                 pattern,
                 pattern_len,
                 repeats,
-            } => match crate::kernels::read_untracked_pub(pattern as usize, pattern_len as usize) {
+            } => match crate::kernels::read_untracked(pattern as usize, pattern_len as usize) {
                 Some(pat) if !pat.is_empty() && repeats.saturating_mul(pattern_len) <= 1 << 40 => {
                     let total = (repeats * pattern_len) as usize;
                     let chunk: Vec<u8> = pat

@@ -202,7 +202,7 @@ pub fn resolve_symbol(view: &MemoryView<'_>, kernel_object: u64) -> Option<Strin
 
 /// Copies `len` bytes at `addr` of this process without trusting that they are mapped: `process_vm_readv` on our
 /// own pid reports `EFAULT` instead of crashing on an unmapped address.
-fn read_untracked(addr: usize, len: usize) -> Option<Vec<u8>> {
+pub fn read_untracked(addr: usize, len: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; len];
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
@@ -216,11 +216,6 @@ fn read_untracked(addr: usize, len: usize) -> Option<Vec<u8>> {
     // with EFAULT rather than faulting if it is not mapped.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     (n == len as isize).then_some(buf)
-}
-
-/// [`read_untracked`] for the command processor (kernargs and fill patterns of HIP's blit kernels).
-pub fn read_untracked_pub(addr: usize, len: usize) -> Option<Vec<u8>> {
-    read_untracked(addr, len)
 }
 
 /// Like [`resolve_symbol`] for code objects outside tracked memory (the APU layout loads them into memory ROCr

@@ -440,7 +440,7 @@ pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents(
         if events.is_null() || n == 0 {
             return HSAKMT_STATUS_INVALID_PARAMETER;
         }
-        let mut ids = smallvec_ids(n);
+        let mut ids = Vec::with_capacity(n as usize);
         for i in 0..n as usize {
             // SAFETY: `events` holds `n` pointers (contract).
             let ev = unsafe { *events.add(i) };
@@ -452,10 +452,6 @@ pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents(
         }
         event_status(e.events.wait(&ids, all, ms))
     })
-}
-
-fn smallvec_ids(n: u32) -> Vec<u32> {
-    Vec::with_capacity(n as usize)
 }
 
 /// Allocates host-backed memory for any node (`MAP_NORESERVE`; executable when `ExecuteAccess`).
