@@ -22,6 +22,7 @@ fn dispatch_barriers_waits_profiling_copies() {
     // Host kernel computed the result.
     assert_eq!(r.int("vadd_wrong"), 0);
     assert_eq!(r.int("vadd_calls"), 1);
+    assert_eq!(r.int("by_object_calls"), 5);
     // 4 threads x (100 serial + 50 in flight).
     assert_eq!(r.int("mt_completed"), 600);
     assert_eq!(r.int("barrier_and_held"), 1);
@@ -49,8 +50,8 @@ fn dispatch_barriers_waits_profiling_copies() {
     assert_eq!(r.int("stats_blits_nonzero"), 1);
     // The dGPU code-object load ends with ROCr's PM4 icache-invalidate packet.
     assert_eq!(r.int("stats_vendor_packets_nonzero"), 1);
-    // vadd twice (host kernel) + rpc once.
-    assert_eq!(r.int("stats_host_kernels"), 3);
+    // vadd twice + slow by object 5 times (+ once more in the profiling section) + rpc once.
+    assert_eq!(r.int("stats_host_kernels"), 9);
     assert_eq!(r.int("done"), 1);
 }
 

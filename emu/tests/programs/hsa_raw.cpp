@@ -285,6 +285,18 @@ static int mode_main(const char* code_object) {
   for (int i = 0; i < n; i++) wrong += c[i] != 4 * i;
   printf("vadd_wrong=%d\nvadd_calls=%d\n", wrong, g_vadd_calls.load());
 
+  // A host kernel registered by kernel object.
+  {
+    static std::atomic<int> by_object{0};
+    auto count = [](const hsa_kernel_dispatch_packet_t*, void*, void* user) { ((std::atomic<int>*)user)->fetch_add(1); };
+    if (rprof_emu_register_kernel_object(slow.object, count, &by_object) != 0) return 4;
+    hsa_signal_t os = signal(5);
+    for (int i = 0; i < 5; i++) dispatch(q, slow.object, nullptr, 64, 64, os);
+    wait_zero(os, HSA_WAIT_STATE_BLOCKED);
+    printf("by_object_calls=%d\n", by_object.load());
+    CHECK(hsa_signal_destroy(os));
+  }
+
   // Dispatches from several threads, each on its own queue; serial waits (ACTIVE and BLOCKED), then a batch of
   // 50 in flight at once on one signal.
   std::atomic<int> completed{0};
