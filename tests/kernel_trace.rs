@@ -283,3 +283,102 @@ fn the_tool_library_never_links_the_hsa_runtime() {
         "OnUnload not exported"
     );
 }
+
+/// Number of pairs of kernel intervals that overlap (strictly) on agent 0.
+fn overlaps(rows: &[Row]) -> usize {
+    let mut spans: Vec<(u64, u64)> = rows.iter().map(|r| (r.start, r.end)).collect();
+    spans.sort_unstable();
+    let mut n = 0;
+    let mut latest_end = 0;
+    for (s, e) in spans {
+        if s < latest_end {
+            n += 1;
+        }
+        latest_end = latest_end.max(e);
+    }
+    n
+}
+
+/// 100 µs kernels, so that unserialized kernels of several queues overlap.
+const LONG_KERNELS: (&str, &str) = ("RPROF_EMU_KERNEL_NS", "100000");
+
+#[test]
+fn serialize_kernels_never_overlap_across_threads_and_queues() {
+    let run = run_traced(
+        "serialize-threads",
+        &["threads", "4", "60"],
+        Load::ToolsLib,
+        &[("RPROF_SERIALIZE_KERNELS", "1"), LONG_KERNELS],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 240);
+    assert_eq!(overlaps(&rows), 0);
+    check_pftrace(&run.output(".pftrace"));
+}
+
+#[test]
+fn without_serialization_kernels_run_concurrently() {
+    let run = run_traced(
+        "concurrent-threads",
+        &["threads", "4", "60"],
+        Load::ToolsLib,
+        &[LONG_KERNELS],
+    );
+    let rows = assert_complete_trace(&run);
+    assert!(
+        overlaps(&rows) > 0,
+        "expected overlapping kernels without --serialize-kernels"
+    );
+}
+
+#[test]
+fn serialize_kernels_shared_queue() {
+    let run = run_traced(
+        "serialize-shared",
+        &["shared", "3", "50"],
+        Load::ToolsLib,
+        &[("RPROF_SERIALIZE_KERNELS", "1"), LONG_KERNELS],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 150);
+    assert_eq!(overlaps(&rows), 0);
+}
+
+#[test]
+fn serialize_kernels_with_backwards_cross_queue_dependencies_does_not_deadlock() {
+    let run = run_traced(
+        "serialize-crossdep",
+        &["crossdep", "40"],
+        Load::ToolsLib,
+        &[("RPROF_SERIALIZE_KERNELS", "1")],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 80);
+    assert_eq!(overlaps(&rows), 0);
+}
+
+#[test]
+fn serialize_kernels_queue_destroyed_with_work_pending() {
+    let run = run_traced(
+        "serialize-destroy",
+        &["destroy", "200"],
+        Load::ToolsLib,
+        &[("RPROF_SERIALIZE_KERNELS", "1")],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 200);
+    assert_eq!(overlaps(&rows), 0);
+}
+
+#[test]
+fn serialize_kernels_exit_mid_run() {
+    let run = run_traced(
+        "serialize-exit",
+        &["exit", "500"],
+        Load::ToolsLib,
+        &[("RPROF_SERIALIZE_KERNELS", "1")],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 500);
+    assert_eq!(overlaps(&rows), 0);
+}

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{
-    boottime_ns, clamp_times, CompletionBackend, DispatchSignal, Engine, InFlight, SleepKind,
-    STOP_COMPLETION,
+    boottime_ns, clamp_times, CompletionBackend, DispatchSignal, Engine, GateState, InFlight,
+    SerialGate, SleepKind, STOP_COMPLETION,
 };
 use crate::record::Record;
 
@@ -14,21 +14,103 @@ use crate::record::Record;
 /// normally woken by the interceptor when work arrives).
 const PARK_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// Idle passes spent yielding (not sleeping) while serialized dispatches
+/// wait for a grant, before short naps.
+const SERIAL_YIELD_ROUNDS: u32 = 32;
+/// Nap while serialized dispatches wait and nothing changes.
+const SERIAL_NAP: Duration = Duration::from_micros(20);
+
+/// The completion thread's view of `--serialize-kernels`: which agents'
+/// tokens are held, and the readiness order.
+#[derive(Debug, Default)]
+struct Serializer {
+    busy: Vec<bool>,
+    next_seq: u64,
+    best: Vec<Option<(u64, usize)>>,
+}
+
+impl Serializer {
+    fn busy_mut(&mut self, agent: u32) -> &mut bool {
+        let i = agent as usize;
+        if self.busy.len() <= i {
+            self.busy.resize(i + 1, false);
+        }
+        &mut self.busy[i]
+    }
+
+    /// Marks ready the dispatches whose queue reached them and opens the gate
+    /// of the earliest ready dispatch of every agent whose token is free.
+    /// Returns whether any state changed.
+    fn advance<S: DispatchSignal>(
+        &mut self,
+        backend: &dyn CompletionBackend,
+        tracked: &mut [InFlight<S>],
+    ) -> bool {
+        let mut changed = false;
+        self.best.clear();
+        for (i, e) in tracked.iter_mut().enumerate() {
+            let agent = e.record.agent_index as usize;
+            let Some(g) = e.serial.as_mut() else { continue };
+            if g.state == GateState::Waiting && backend.signal_value(g.ready.handle()) <= 0 {
+                g.state = GateState::Ready;
+                g.ready_seq = self.next_seq;
+                self.next_seq += 1;
+                changed = true;
+            }
+            if g.state == GateState::Ready {
+                if self.best.len() <= agent {
+                    self.best.resize(agent + 1, None);
+                }
+                if self.best[agent].is_none_or(|(seq, _)| g.ready_seq < seq) {
+                    self.best[agent] = Some((g.ready_seq, i));
+                }
+            }
+        }
+        for agent in 0..self.best.len() {
+            let Some((_, i)) = self.best[agent] else {
+                continue;
+            };
+            let busy = self.busy_mut(agent as u32);
+            if *busy {
+                continue;
+            }
+            *busy = true;
+            if let Some(g) = tracked[i].serial.as_mut() {
+                g.state = GateState::Granted;
+                backend.open_gate(g.gate.handle());
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// A dispatch left tracking: give back its agent's token if it held it.
+    fn release(&mut self, agent: u32, serial: Option<&SerialGate<impl DispatchSignal>>) {
+        if serial.is_some_and(|g| g.state == GateState::Granted) {
+            *self.busy_mut(agent) = false;
+        }
+    }
+}
+
 impl<S: DispatchSignal> Engine<S> {
     /// The completion loop. Returns after [`Engine::begin_shutdown`], once
     /// everything still tracked has been processed or given up on (counted
     /// as lost).
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
         let mut tracked: Vec<InFlight<S>> = Vec::with_capacity(self.pending.capacity());
+        let mut serializer = Serializer::default();
         let min_sleep = self.options.min_backoff.min(self.options.max_backoff);
         let mut sleep = min_sleep;
+        let mut serial_idle = 0u32;
         loop {
             while let Some(e) = self.pending.pop() {
                 tracked.push(e);
             }
             // Find the finished ones first, then read the clock: every
-            // dispatch counted here ended before `observed`.
+            // dispatch counted here ended before `observed`. Dispatches of a
+            // destroyed queue that did not finish never will.
             let mut done = 0;
+            let mut dropped = 0;
             for i in 0..tracked.len() {
                 if backend.signal_value(tracked[i].signal.handle()) <= 0 {
                     tracked.swap(i, done);
@@ -38,9 +120,30 @@ impl<S: DispatchSignal> Engine<S> {
             if done > 0 {
                 let observed = boottime_ns();
                 for entry in tracked.drain(..done) {
+                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
                     self.complete(backend, entry, observed);
                 }
+            }
+            let mut i = 0;
+            while i < tracked.len() {
+                if tracked[i].queue.destroyed.load(Ordering::Acquire) {
+                    let entry = tracked.swap_remove(i);
+                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
+                    self.abandon(entry);
+                    dropped += 1;
+                } else {
+                    i += 1;
+                }
+            }
+            let serial_changed =
+                self.options.serialize && serializer.advance(backend, &mut tracked);
+            if done > 0 || dropped > 0 || serial_changed {
                 sleep = min_sleep;
+                serial_idle = 0;
+                if self.options.serialize && !tracked.is_empty() {
+                    // The next serialized kernel waits for this thread.
+                    continue;
+                }
                 // An interceptor waits for ring space or signals: look again
                 // at once. Otherwise let completions accumulate: timestamps
                 // do not depend on when they are read, and nobody but rprof
@@ -61,9 +164,13 @@ impl<S: DispatchSignal> Engine<S> {
                     entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
                     entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
                     self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    // The signal may still be written by the device; leak it
-                    // rather than recycle a signal that is in use.
+                    // The signals may still be written by the device; leak
+                    // them rather than recycle signals that are in use.
                     std::mem::forget(entry.signal);
+                    if let Some(g) = entry.serial {
+                        std::mem::forget(g.ready);
+                        std::mem::forget(g.gate);
+                    }
                 }
                 self.count_lost(left);
                 self.writer_wake.notify();
@@ -76,6 +183,15 @@ impl<S: DispatchSignal> Engine<S> {
                             || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
                     });
                 sleep = min_sleep;
+            } else if self.options.serialize {
+                // Gaps between serialized kernels are this thread's latency.
+                serial_idle += 1;
+                if serial_idle < SERIAL_YIELD_ROUNDS {
+                    std::thread::yield_now();
+                } else {
+                    self.completion_wake
+                        .sleep(SleepKind::Backoff, SERIAL_NAP, || !self.pending.is_empty());
+                }
             } else {
                 self.completion_wake.sleep(SleepKind::Backoff, sleep, || {
                     self.urgent.load(Ordering::Acquire)
@@ -85,17 +201,30 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
+    /// Drops a dispatch whose queue was destroyed before it finished: its
+    /// packets will never run, so its signals can go back to the pool.
+    fn abandon(&self, entry: InFlight<S>) {
+        entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+        self.count_lost(1);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        drop(entry);
+    }
+
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
         let slots = entry.slots();
         let InFlight {
             mut record,
             queue,
             signal,
+            serial,
             ..
         } = entry;
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
-        // Back to the pool before anything that may wait.
+        // Back to the pool before anything that may wait (the kernel ran, so
+        // its gate barriers have retired).
         drop(signal);
+        drop(serial);
         let ((start, end), start_moved, end_moved) =
             clamp_times(record.enqueue_ns, observed, times);
         if start_moved {

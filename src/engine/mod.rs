@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
@@ -79,6 +80,8 @@ pub trait CompletionBackend: Send + Sync {
     /// `(start, end)` of the dispatch that completed `signal` on `agent`, in
     /// `CLOCK_BOOTTIME` ns, or `None` if the runtime cannot tell.
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)>;
+    /// Stores 0 into a serialization gate signal (release).
+    fn open_gate(&self, signal: u64);
 }
 
 /// One traced queue, shared by the interceptor and the in-flight entries of
@@ -97,6 +100,8 @@ pub struct QueueContext {
     /// Ring slots held by traced kernels and their forwarding barriers that
     /// have not been seen complete.
     slots: AtomicU64,
+    /// The runtime destroyed the queue: its unfinished packets never run.
+    destroyed: AtomicBool,
 }
 
 impl QueueContext {
@@ -109,7 +114,15 @@ impl QueueContext {
             in_flight: AtomicU64::new(0),
             slot_limit: 0,
             slots: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
         }
+    }
+
+    /// Tells the completion thread that the queue is gone: dispatches of it
+    /// that have not completed never will (they are dropped and counted as
+    /// lost, and a serialization token they hold is passed on).
+    pub fn mark_destroyed(&self) {
+        self.destroyed.store(true, Ordering::Release);
     }
 
     /// A context for a queue whose hardware ring has `ring_size` packets.
@@ -150,13 +163,45 @@ pub struct InFlight<S> {
     pub signal: S,
     /// Whether a forwarding barrier follows the kernel (it holds a slot).
     pub forwarded: bool,
+    /// With `--serialize-kernels`: the two barriers in front of the kernel.
+    pub serial: Option<SerialGate<S>>,
 }
 
 impl<S> InFlight<S> {
     /// Ring slots this dispatch holds until it completes.
     pub fn slots(&self) -> u64 {
-        1 + u64::from(self.forwarded)
+        1 + u64::from(self.forwarded) + if self.serial.is_some() { 2 } else { 0 }
     }
+}
+
+/// Where a serialized dispatch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateState {
+    /// Its queue has not reached it yet.
+    Waiting,
+    /// Its queue reached it (every earlier packet of the queue completed);
+    /// it waits for the agent's token.
+    Ready,
+    /// It holds its agent's token: the gate is open and the kernel may run.
+    Granted,
+}
+
+/// The device-side gate of one serialized dispatch: a BARRIER_AND with the
+/// barrier bit that completes `ready` when the queue reaches the kernel, then
+/// a BARRIER_AND that waits on `gate`, which the completion thread opens
+/// (stores 0) when the agent's previous serialized kernel has finished. The
+/// app's thread never waits; only ready kernels get the token, so
+/// cross-queue dependencies of the app cannot deadlock with it.
+#[derive(Debug)]
+pub struct SerialGate<S> {
+    /// Completed by the device when the queue reaches the kernel.
+    pub ready: S,
+    /// Opened by the completion thread to let the kernel run.
+    pub gate: S,
+    /// Current state.
+    pub state: GateState,
+    /// Order in which dispatches became ready (grants follow it).
+    pub ready_seq: u64,
 }
 
 /// Inline capacity of a batch's packet list (a kernel and its forwarding
@@ -195,6 +240,8 @@ pub struct EngineOptions {
     /// Longest sleep of the completion thread while dispatches are in flight
     /// and none completes.
     pub max_backoff: Duration,
+    /// `--serialize-kernels`: at most one traced kernel at a time per agent.
+    pub serialize: bool,
 }
 
 impl Default for EngineOptions {
@@ -206,6 +253,7 @@ impl Default for EngineOptions {
             pool_wait: Duration::from_secs(10),
             min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
+            serialize: false,
         }
     }
 }
@@ -309,7 +357,10 @@ impl<S: DispatchSignal> Engine<S> {
             dispatches: SmallVec::new(),
             untraced: 0,
         };
-        let mut signals = self.acquire_signals(kernels as usize, source).into_iter();
+        let per_kernel = if self.options.serialize { 3 } else { 1 };
+        let mut signals = self
+            .acquire_signals(kernels as usize * per_kernel, source)
+            .into_iter();
         let mut k = 0u64;
         for p in packets {
             if !p.is_kernel_dispatch() {
@@ -318,11 +369,36 @@ impl<S: DispatchSignal> Engine<S> {
             }
             let i = k;
             k += 1;
-            let Some(signal) = signals.next() else {
+            let serial = if self.options.serialize {
+                match (signals.next(), signals.next()) {
+                    (Some(ready), Some(gate)) => Some(SerialGate {
+                        ready,
+                        gate,
+                        state: GateState::Waiting,
+                        ready_seq: 0,
+                    }),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            let signal = if self.options.serialize && serial.is_none() {
+                None
+            } else {
+                signals.next()
+            };
+            let Some(signal) = signal else {
                 batch.untraced += 1;
                 batch.packets.push(*p);
                 continue;
             };
+            if let Some(g) = &serial {
+                batch.packets.push(RawPacket::forwarding_barrier(
+                    g.ready.handle(),
+                    HSA_FENCE_SCOPE_SYSTEM,
+                ));
+                batch.packets.push(RawPacket::gate_barrier(g.gate.handle()));
+            }
             let mut kernel = *p;
             kernel.set_completion_signal(signal.handle());
             batch.packets.push(kernel);
@@ -352,6 +428,7 @@ impl<S: DispatchSignal> Engine<S> {
                 queue: queue.clone(),
                 signal,
                 forwarded: app_signal != 0,
+                serial,
             });
         }
         (batch, ids)

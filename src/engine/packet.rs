@@ -162,6 +162,19 @@ impl RawPacket {
         p
     }
 
+    /// A BARRIER_AND packet without the barrier bit that waits until
+    /// `dependency` is 0 and completes nothing: the queue stalls on it until
+    /// the host opens the gate.
+    pub fn gate_barrier(dependency: u64) -> RawPacket {
+        let mut p = RawPacket::ZERO;
+        let header = (HSA_PACKET_TYPE_BARRIER_AND << HSA_PACKET_HEADER_TYPE)
+            | (HSA_FENCE_SCOPE_NONE << HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE)
+            | (HSA_FENCE_SCOPE_NONE << HSA_PACKET_HEADER_RELEASE_FENCE_SCOPE);
+        p.set_u16(0, header as u16);
+        p.set_u64(OFF_BARRIER_DEP_SIGNAL, dependency);
+        p
+    }
+
     /// BARRIER_AND / BARRIER_OR: dependency signal `i` (0..5).
     pub fn dep_signal(&self, i: usize) -> u64 {
         self.u64_at(OFF_BARRIER_DEP_SIGNAL + 8 * i)
@@ -240,5 +253,10 @@ mod tests {
             assert_eq!(b.dep_signal(i), 0);
         }
         assert!(!b.is_kernel_dispatch());
+        let g = RawPacket::gate_barrier(0x77);
+        assert_eq!(g.packet_type(), HSA_PACKET_TYPE_BARRIER_AND);
+        assert!(!g.barrier_bit());
+        assert_eq!(g.dep_signal(0), 0x77);
+        assert_eq!(g.completion_signal(), 0);
     }
 }

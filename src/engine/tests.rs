@@ -96,6 +96,9 @@ impl CompletionBackend for FakeBackend {
     fn signal_value(&self, signal: u64) -> i64 {
         self.signals.value[Signals::idx(signal)].load(Ordering::Acquire)
     }
+    fn open_gate(&self, signal: u64) {
+        self.signals.value[Signals::idx(signal)].store(0, Ordering::SeqCst);
+    }
     fn dispatch_time(&self, _agent: u64, signal: u64) -> Option<(u64, u64)> {
         let i = Signals::idx(signal);
         Some((
@@ -112,6 +115,7 @@ struct FakeDevice {
     stop: AtomicBool,
     kernels: AtomicU64,
     barriers: AtomicU64,
+    gates: AtomicU64,
 }
 
 impl FakeDevice {
@@ -141,6 +145,19 @@ impl FakeDevice {
                 }
             } else if p.packet_type() == HSA_PACKET_TYPE_BARRIER_AND {
                 self.barriers.fetch_add(1, Ordering::SeqCst);
+                for d in 0..5 {
+                    let dep = p.dep_signal(d);
+                    if dep == 0 {
+                        continue;
+                    }
+                    self.gates.fetch_add(1, Ordering::SeqCst);
+                    while self.signals.value[Signals::idx(dep)].load(Ordering::SeqCst) > 0 {
+                        if self.stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        std::thread::yield_now();
+                    }
+                }
                 let s = p.completion_signal();
                 if s != 0 {
                     self.signals.value[Signals::idx(s)].fetch_sub(1, Ordering::SeqCst);
@@ -239,6 +256,7 @@ impl Harness {
                 pool_wait: Duration::from_secs(20),
                 min_backoff: Duration::from_micros(50),
                 max_backoff: Duration::from_micros(500),
+                serialize: false,
             },
             names,
         )
@@ -255,6 +273,7 @@ impl Harness {
             stop: AtomicBool::new(false),
             kernels: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            gates: AtomicU64::new(0),
         });
         let collected = Arc::new(Mutex::new(Collected::default()));
         let mut threads = Vec::new();
@@ -513,6 +532,7 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
         pool_wait: Duration::from_millis(30),
         min_backoff: Duration::from_micros(100),
         max_backoff: Duration::from_millis(1),
+        serialize: false,
     });
     let signals = Signals::new();
     let pool = FakePool::new(signals, 1);
@@ -571,7 +591,10 @@ fn bench_interceptor_cost_per_dispatch() {
     let pkt_signal = kernel_packet(2, 3000);
     let mut buf: Vec<RawPacket> = Vec::with_capacity(4);
     let thread_cpu = || {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: valid timespec out-pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -595,4 +618,57 @@ fn bench_interceptor_cost_per_dispatch() {
     println!(
         "interceptor: {per_call:.0} ns wall, {cpu_per_call:.0} ns CPU of the calling thread per single-kernel call (engine only, {CALLS} calls, 1 in 4 forwarded)"
     );
+}
+
+#[test]
+fn serialized_dispatches_pass_their_gates_one_at_a_time() {
+    const THREADS: u64 = 3;
+    const CALLS: u64 = 100;
+    let h = Arc::new(Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 30,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: true,
+        },
+        Names::default(),
+    ));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let q = Arc::new(QueueContext::with_ring(10 + t, 0, 0, 64));
+                for n in 0..CALLS {
+                    h.submit(&q, &[kernel_packet(n % 2 + 1, 0)]);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let h = Arc::try_unwrap(h).ok().expect("workers are done");
+    let pool = h.pool.clone();
+    let (outcome, got, device) = h.finish();
+    let n = THREADS * CALLS;
+    assert_eq!(outcome.metadata.dispatches, n);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), n);
+    // Each kernel: a ready barrier and a gate barrier in front of it.
+    assert_eq!(device.barriers.load(Ordering::SeqCst), 2 * n);
+    assert_eq!(device.gates.load(Ordering::SeqCst), n);
+    assert_eq!(got.dispatches.len() as u64, n);
+    assert_eq!(pool.available(), 30, "every pooled signal came back");
+    let mut spans: Vec<(u64, u64)> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| (d.start_ns, d.end_ns))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "overlap: {:?} {:?}", w[0], w[1]);
+    }
 }

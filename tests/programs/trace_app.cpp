@@ -5,6 +5,10 @@
 //   threads T N     T threads, each with its own queue, N dispatches each
 //   shared T N      T threads writing into one shared queue, N dispatches each
 //   exit N [quick]  N dispatches, then exit(0) (or quick_exit(0)) with work in flight and no hsa_shut_down
+//   destroy N       N dispatches, then hsa_queue_destroy right away (work pending), then hsa_shut_down
+//   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
+//                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
+//                   serialized kernels in enqueue order would deadlock here.)
 // Kernels rotate alpha / beta_kernel / gamma_with_a_longer_name. Every 3rd dispatch carries an app completion
 // signal that the thread waits on (blocked wait) right away; the rest carry none. Each thread ends with a
 // barrier-AND packet whose signal it waits on, so it knows its queue drained.
@@ -203,6 +207,48 @@ int main(int argc, char** argv) {
     } else {
       for (auto q : queues) CHECK(hsa_queue_destroy(q));
     }
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "destroy") {
+    int n = argc > 3 ? atoi(argv[3]) : 100;
+    hsa_queue_t* q = make_queue();
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    report();
+    CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "crossdep") {
+    int rounds = argc > 3 ? atoi(argv[3]) : 20;
+    hsa_queue_t* a = make_queue();
+    hsa_queue_t* b = make_queue();
+    hsa_signal_t x, done;
+    CHECK(hsa_signal_create(1, 0, nullptr, &x));
+    CHECK(hsa_signal_create(1, 0, nullptr, &done));
+    for (int r = 0; r < rounds; r++) {
+      hsa_signal_store_screlease(x, 1);
+      hsa_signal_store_screlease(done, 1);
+      // Queue B: wait for X, then kernel 1, then complete `done`.
+      uint64_t idx = reserve(b);
+      auto* p = (hsa_barrier_and_packet_t*)b->base_address + (idx & (b->size - 1));
+      memset((char*)p + 4, 0, sizeof(*p) - 4);
+      p->dep_signal[0] = x;
+      publish(b, idx, p, header(HSA_PACKET_TYPE_BARRIER_AND, true), 0);
+      dispatch(b, g_kernels[1], 128, 64, hsa_signal_t{0});
+      g_count[1]++;
+      barrier(b, done);
+      // Queue A: the kernel that completes X.
+      dispatch(a, g_kernels[0], 64, 64, x);
+      g_count[0]++;
+      wait_zero(done);
+    }
+    report();
+    CHECK(hsa_queue_destroy(a));
+    CHECK(hsa_queue_destroy(b));
     CHECK(hsa_shut_down());
     return 0;
   }

@@ -168,6 +168,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     // queues and profiling but changes no packet.
     let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
+        serialize: config.serialize_kernels,
         ..EngineOptions::default()
     };
     if let Some(us) = std::env::var("RPROF_COMPLETION_MAX_BACKOFF_US")
@@ -603,7 +604,8 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
     if let Some(raw) = state {
         // SAFETY: the queue is gone, so the runtime no longer calls the
         // interceptor with `raw`; this releases the reference taken at create.
-        drop(unsafe { Arc::from_raw(raw) });
+        let state = unsafe { Arc::from_raw(raw) };
+        state.ctx.mark_destroyed();
     }
     status
 }

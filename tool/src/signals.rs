@@ -190,6 +190,13 @@ impl CompletionBackend for RocrBackend {
         }
     }
 
+    fn open_gate(&self, signal: u64) {
+        if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
+            // SAFETY: a pooled gate signal owned by an in-flight entry.
+            unsafe { store(hsa_signal_t { handle: signal }, 0) };
+        }
+    }
+
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)> {
         let get = self.rt.amd.hsa_amd_profiling_get_dispatch_time_fn?;
         let mut t = hsa_amd_profiling_dispatch_time_t { start: 0, end: 0 };
