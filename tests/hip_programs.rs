@@ -35,6 +35,42 @@ fn trace_and_check(label: &str, program: &str, args: &[&str]) -> Option<hip_supp
     Some(facts)
 }
 
+/// Graph launches in dispatch-id order: launch i, node j is dispatch
+/// number i*K + j of the program and runs `graph_node<j % 256>`. The nodes
+/// were captured from one stream, so they form a chain: each starts after
+/// the previous one ended (all on one queue).
+fn check_graph_order(f: &hip_support::TraceFacts, k: usize, launches: usize) {
+    let mut rows: Vec<_> = f
+        .rows
+        .iter()
+        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
+        .collect();
+    rows.sort_by_key(|r| r.dispatch_id);
+    assert_eq!(rows.len(), k * launches);
+    for (n, r) in rows.iter().enumerate() {
+        let expect = format!("void graph_node<{}>(int*, int)", (n % k) % 256);
+        assert_eq!(
+            r.kernel_name,
+            expect,
+            "dispatch {} is launch {}, node {}",
+            r.dispatch_id,
+            n / k,
+            n % k
+        );
+    }
+    for w in rows.windows(2) {
+        assert_eq!(w[0].queue_id, w[1].queue_id, "one stream, one queue");
+        assert!(
+            w[1].start >= w[0].end,
+            "graph node (dispatch {}) started at {} before its predecessor (dispatch {}) ended at {}",
+            w[1].dispatch_id,
+            w[1].start,
+            w[0].dispatch_id,
+            w[0].end
+        );
+    }
+}
+
 /// The hip-graph-bubbles case, small: 64 distinct kernels captured into a
 /// graph, launched 20 times.
 #[test]
@@ -44,6 +80,7 @@ fn graph_storm_64x20() {
     };
     assert_eq!(f.program_dispatches(), 64 * 20);
     assert_eq!(f.program_kernel_names(), 64, "one name per graph node");
+    check_graph_order(&f, 64, 20);
 }
 
 /// More nodes than distinct kernels: nodes j and j+256 share a name, so the
@@ -57,6 +94,7 @@ fn graph_storm_names_shared_by_nodes() {
     assert_eq!(f.per_name["void graph_node<0>(int*, int)"], 6);
     assert_eq!(f.per_name["void graph_node<43>(int*, int)"], 6);
     assert_eq!(f.per_name["void graph_node<44>(int*, int)"], 3);
+    check_graph_order(&f, 300, 3);
 }
 
 /// The benchmark workload at its default size: 256 kernels x 200 launches
@@ -68,6 +106,7 @@ fn graph_storm_default_51200() {
     };
     assert_eq!(f.program_dispatches(), 51_200);
     assert_eq!(f.program_kernel_names(), 256);
+    check_graph_order(&f, 256, 200);
 }
 
 /// Fork/join across 4 streams with hipStreamWaitEvent, 50 rounds. All
@@ -123,12 +162,45 @@ fn multi_stream_events() {
 }
 
 /// hipMemcpy (pageable and pinned, H2D, D2H, D2D) interleaved with kernels.
+/// HIP 5.2.3 copies host<->device with DMA and device->device with its blit
+/// kernel `__amd_rocclr_copyBuffer`, which a kernel trace shows too: per
+/// round, in dispatch order, scale, add_one, then the D2D copy on add_one's
+/// stream, starting after add_one ended.
 #[test]
 fn memcpy_mix() {
     let Some(f) = trace_and_check("memcpy_mix", "memcpy_mix", &["40"]) else {
         return;
     };
     assert_eq!(f.program_dispatches(), 80);
+    assert_eq!(
+        f.per_name.get("__amd_rocclr_copyBuffer"),
+        Some(&40),
+        "one blit kernel per D2D copy; runtime kernels: {:?}",
+        f.per_name
+    );
+    let mut rows: Vec<_> = f.rows.iter().collect();
+    rows.sort_by_key(|r| r.dispatch_id);
+    for (round, chunk) in rows.chunks(3).enumerate() {
+        let names: Vec<&str> = chunk.iter().map(|r| r.kernel_name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "scale(int*, int, int)",
+                "add_one(int*, int)",
+                "__amd_rocclr_copyBuffer"
+            ],
+            "round {round}"
+        );
+        let (add, copy) = (chunk[1], chunk[2]);
+        assert_eq!(
+            add.queue_id, copy.queue_id,
+            "round {round}: D2D copy on add_one's stream"
+        );
+        assert!(
+            copy.start >= add.end,
+            "round {round}: D2D copy started before add_one ended"
+        );
+    }
 }
 
 /// 4 host threads, each with its own stream, 250 launches each plus ticks.
