@@ -182,6 +182,20 @@ fn ld_preload_alone_loads_the_tool() {
 }
 
 #[test]
+fn ld_preload_and_hsa_tools_lib_together_trace_once() {
+    let a = artifacts();
+    let tool = a.tool.to_str().unwrap();
+    let run = run_traced(
+        "preload-and-tools-lib",
+        &["threads", "2", "30"],
+        Load::Preload,
+        &[("HSA_TOOLS_LIB", tool)],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 60);
+}
+
+#[test]
 fn include_and_exclude_filters_apply_to_the_trace() {
     let run = run_traced(
         "filters",

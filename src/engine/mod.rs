@@ -630,6 +630,12 @@ impl<S: DispatchSignal> Engine<S> {
         left
     }
 
+    /// Stops tracing new work at once, without waiting or taking any lock
+    /// (safe in a forked child, where rprof's threads do not exist).
+    pub fn stop_tracing_now(&self) {
+        self.state.fetch_max(STOP_WRITER, Ordering::AcqRel);
+    }
+
     /// Tells the writer that no more records will come (call after the
     /// completion thread has returned).
     pub fn stop_writer(&self) {

@@ -222,6 +222,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     unsafe {
         libc::atexit(at_exit);
         at_quick_exit(at_exit);
+        // A forked child has none of rprof's threads: it runs untraced.
+        libc::pthread_atfork(None, None, Some(in_forked_child));
     }
     true
 }
@@ -433,6 +435,15 @@ pub fn on_unload() {
 extern "C" {
     /// C11 `at_quick_exit` (glibc); not in the `libc` crate.
     fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
+}
+
+/// In a child created by `fork`: the completion and writer threads do not
+/// exist there, so stop tracing and never wait for them.
+extern "C" fn in_forked_child() {
+    if let Some(s) = session() {
+        s.finished.store(true, Ordering::Release);
+        s.engine.stop_tracing_now();
+    }
 }
 
 extern "C" fn at_exit() {
