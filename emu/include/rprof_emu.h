@@ -59,6 +59,7 @@ struct rprof_emu_stats {
     uint64_t registrations;   /* live registrations of user memory */
     uint64_t events;          /* live events */
     uint64_t events_fired;    /* events fired so far */
+    uint64_t sdma_copies;     /* SDMA copy/fill packets executed (RPROF_EMU_SDMA=1) */
 };
 
 /* Fills *out. Returns 0 or -1. */

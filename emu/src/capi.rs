@@ -200,6 +200,8 @@ pub struct RprofEmuStats {
     pub events: u64,
     /// Events fired so far.
     pub events_fired: u64,
+    /// SDMA copies and fills executed.
+    pub sdma_copies: u64,
 }
 
 /// Fills `*out`. Returns 0 or -1.
@@ -230,6 +232,7 @@ pub unsafe extern "C" fn rprof_emu_get_stats(out: *mut RprofEmuStats) -> c_int {
             registrations: m.registrations as u64,
             events: events as u64,
             events_fired: fired,
+            sdma_copies: s.sdma_copies.load(Ordering::Relaxed),
         };
         // SAFETY: non-null, caller-provided struct of this layout.
         unsafe { *out = stats };

@@ -112,6 +112,8 @@ pub struct Config {
     pub deep_nap_us: u64,
     /// Size of each GPU's frame buffer (MiB).
     pub vram_mib: u64,
+    /// Accept SDMA queues and emulate the SDMA engine (otherwise ROCr falls back to blit kernels).
+    pub sdma: bool,
     /// Log unusual events (unknown pointers, faults) to stderr.
     pub log: bool,
 }
@@ -131,11 +133,13 @@ impl Default for Config {
             deep_nap_us: 4_000,
             vram_mib: 16 * 1024,
             log: false,
+            sdma: false,
         }
     }
 }
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
+    "SDMA",
     "DEEP_NAP_US",
     "GPUS",
     "APU",
@@ -250,6 +254,7 @@ impl Config {
                 "DEEP_NAP_US" => c.deep_nap_us = parse_u64(k, v)?.max(1),
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
                 "LOG" => c.log = parse_bool(k, v)?,
+                "SDMA" => c.sdma = parse_bool(k, v)?,
                 _ => {} // CONFIG: the file itself
             }
         }

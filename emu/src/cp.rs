@@ -91,6 +91,8 @@ pub struct CpStats {
     pub queues: AtomicU64,
     /// Blits skipped because they touched untracked memory.
     pub blits_skipped: AtomicU64,
+    /// SDMA copies and fills executed.
+    pub sdma_copies: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -106,6 +108,8 @@ struct HwQueue {
     inflight: u32,
     suspended: bool,
     faulted: bool,
+    /// Set for SDMA queues (the ring holds SDMA packets, not AQL).
+    sdma: Option<crate::sdma::SdmaState>,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -209,11 +213,59 @@ impl CommandProcessor {
             inflight: 0,
             suspended: false,
             faulted: false,
+            sdma: None,
         });
         self.stats.queues.fetch_add(1, Ordering::Relaxed);
         self.start(emu);
         self.kick();
         Some((id, &self.doorbells.slots[slot] as *const AtomicU64 as usize))
+    }
+
+    /// Registers an SDMA queue; returns `(queue id, doorbell, read-index address, write-index address)`.
+    pub fn create_sdma_queue(
+        &'static self,
+        emu: &'static Emulator,
+        node: u32,
+        ring: usize,
+        ring_bytes: usize,
+    ) -> Option<(u64, usize, usize, usize)> {
+        if ring == 0 || ring_bytes < 256 || !ring_bytes.is_power_of_two() {
+            return None;
+        }
+        let slot = {
+            let mut used = self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = used.iter().position(|u| !u)?;
+            used[slot] = true;
+            slot
+        };
+        self.doorbells.slots[slot].store(0, Ordering::Release);
+        let state = crate::sdma::SdmaState::new(ring_bytes as u64);
+        let rptr = &*state.read_index as *const AtomicU64 as usize;
+        let wptr = &*state.write_index as *const AtomicU64 as usize;
+        let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
+        self.lock_queues().push(HwQueue {
+            id,
+            node,
+            ring,
+            mask: 0,
+            doorbell_slot: slot,
+            read_ptr: rptr,
+            amd_queue: 0,
+            rd: 0,
+            inflight: 0,
+            suspended: false,
+            faulted: false,
+            sdma: Some(state),
+        });
+        self.stats.queues.fetch_add(1, Ordering::Relaxed);
+        self.start(emu);
+        self.kick();
+        Some((
+            id,
+            &self.doorbells.slots[slot] as *const AtomicU64 as usize,
+            rptr,
+            wptr,
+        ))
     }
 
     /// Unregisters a queue. When this returns the CP no longer touches its ring.
@@ -521,6 +573,14 @@ impl CpThread {
     fn process_queue(&mut self, q: &mut HwQueue) -> bool {
         let mut progress = false;
         let doorbell = &self.cp.doorbells.slots[q.doorbell_slot];
+        if let Some(state) = q.sdma.as_mut() {
+            if q.suspended {
+                return false;
+            }
+            let db = doorbell.load(Ordering::Acquire);
+            // SAFETY: the queue is registered (queue lock held), so its ring is live for `ring_bytes`.
+            return unsafe { crate::sdma::run_queue(self.emu, q.ring, state, db) };
+        }
         loop {
             if q.suspended || q.faulted {
                 return progress;

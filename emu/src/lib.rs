@@ -15,6 +15,7 @@
 //!   function, or one of ROCr's blit kernels, which the CP executes on the host.
 //! * [`capi`] is the documented C API (`include/rprof_emu.h`) for tests: host kernels, device-side signal
 //!   operations, statistics.
+//! * [`sdma`] is the optional SDMA engine (`RPROF_EMU_SDMA=1`), served by the same CP thread.
 //! * [`clock`] defines the system and GPU clocks; [`test_support`] builds the `LD_LIBRARY_PATH` directory for tests.
 //!
 //! # Safety
@@ -29,6 +30,7 @@ pub mod cp;
 pub mod events;
 pub mod kernels;
 pub mod memory;
+pub mod sdma;
 pub mod test_support;
 pub mod thunk;
 pub mod topology;

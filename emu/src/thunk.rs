@@ -764,6 +764,21 @@ pub unsafe extern "C" fn hsaKmtCreateQueue(
         if e.topology.node(node).and_then(|n| n.gpu).is_none() {
             return HSAKMT_STATUS_INVALID_NODE_UNIT;
         }
+        if ty == HSA_QUEUE_SDMA && e.config.sdma {
+            let Some((id, doorbell, rptr, wptr)) =
+                e.cp.create_sdma_queue(e, node, ring as usize, ring_bytes as usize)
+            else {
+                return HSAKMT_STATUS_OUT_OF_RESOURCES;
+            };
+            // SAFETY: non-null resource struct from ROCr; KFD fills these outputs for SDMA queues.
+            unsafe {
+                (*res).QueueId = id;
+                (*res).__bindgen_anon_1.Queue_DoorBell_aql = doorbell as *mut u64;
+                (*res).__bindgen_anon_3.Queue_read_ptr_aql = rptr as *mut u64;
+                (*res).__bindgen_anon_2.Queue_write_ptr_aql = wptr as *mut u64;
+            }
+            return HSAKMT_STATUS_SUCCESS;
+        }
         if ty != HSA_QUEUE_COMPUTE_AQL {
             return HSAKMT_STATUS_NOT_SUPPORTED;
         }

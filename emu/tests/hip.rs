@@ -24,7 +24,18 @@ fn hip_app() -> std::path::PathBuf {
 
 #[test]
 fn hip_streams_events_graphs_and_copies() {
-    let r = run(&hip_app(), &[], &[("RPROF_EMU_KERNEL_NS", "slow=2000000")]);
+    hip_program(&[]);
+}
+
+#[test]
+fn hip_with_the_sdma_engine() {
+    hip_program(&[("RPROF_EMU_SDMA", "1")]);
+}
+
+fn hip_program(extra: &[(&str, &str)]) {
+    let mut env = vec![("RPROF_EMU_KERNEL_NS", "slow=2000000")];
+    env.extend_from_slice(extra);
+    let r = run(&hip_app(), &[], &env);
     assert_eq!(r.int("device_count"), 1);
     assert_eq!(r.get("arch"), "gfx90a:sramecc-:xnack-");
     assert_eq!(r.int("cus"), 104);

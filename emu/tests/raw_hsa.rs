@@ -5,12 +5,27 @@ use common::{code_object, hsa_raw, run};
 
 #[test]
 fn dispatch_barriers_waits_profiling_copies() {
+    main_program(false);
+}
+
+#[test]
+fn same_with_the_sdma_engine() {
+    main_program(true);
+}
+
+fn main_program(sdma: bool) {
     let co = code_object("gfx90a");
     let r = run(
         &hsa_raw(),
         &["main", co.to_str().unwrap()],
-        &[("RPROF_EMU_KERNEL_NS", "slow=500000")],
+        &[
+            ("RPROF_EMU_KERNEL_NS", "slow=500000"),
+            ("RPROF_EMU_SDMA", if sdma { "1" } else { "0" }),
+        ],
     );
+    // Host<->device async copies go through the SDMA engine only when it is enabled (blit kernels otherwise).
+    assert_eq!(r.int("stats_sdma_copies_nonzero"), i64::from(sdma));
+    assert_eq!(r.int("copy_time_order_ok"), 1);
     assert_eq!(r.int("gpu_count"), 1);
     assert_eq!(r.get("gpu0_name"), "gfx90a");
     assert_eq!(r.get("gpu0_product"), "Emulated AMD Instinct MI210");

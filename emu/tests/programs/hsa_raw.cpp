@@ -451,6 +451,17 @@ static int mode_main(const char* code_object) {
     wait_zero(cs, HSA_WAIT_STATE_BLOCKED);
     printf("async_copy_ok=%d\n", memcmp(back.data(), src.data(), bytes) == 0);
     CHECK(hsa_amd_memory_unlock(back.data()));
+    // Async-copy profiling.
+    CHECK(hsa_amd_profiling_async_copy_enable(true));
+    hsa_signal_store_relaxed(cs, 1);
+    uint64_t before = now_sys();
+    CHECK(hsa_amd_memory_async_copy(dev2, g_gpu, host, g_cpu, bytes, 0, nullptr, cs));
+    wait_zero(cs, HSA_WAIT_STATE_BLOCKED);
+    uint64_t after = now_sys();
+    hsa_amd_profiling_async_copy_time_t ct;
+    CHECK(hsa_amd_profiling_get_async_copy_time(cs, &ct));
+    printf("copy_time_order_ok=%d\n", before <= ct.start && ct.start <= ct.end && ct.end <= after);
+    CHECK(hsa_amd_profiling_async_copy_enable(false));
     CHECK(hsa_amd_memory_fill(dev2, 0x5a5a5a5a, bytes / 4));
     CHECK(hsa_memory_copy(host, dev2, bytes));
     int fill_ok = 1;
@@ -468,7 +479,8 @@ static int mode_main(const char* code_object) {
   rprof_emu_get_stats(&st);
   printf("stats_faults=%lu\nstats_blits_skipped=%lu\nstats_host_kernels=%lu\n", (unsigned long)st.faults,
          (unsigned long)st.blits_skipped, (unsigned long)st.host_kernels);
-  printf("stats_blits_nonzero=%d\nstats_vendor_packets_nonzero=%d\n", st.blits > 0, st.vendor_packets > 0);
+  printf("stats_blits_nonzero=%d\nstats_vendor_packets_nonzero=%d\nstats_sdma_copies_nonzero=%d\n", st.blits > 0,
+         st.vendor_packets > 0, st.sdma_copies > 0);
   CHECK(hsa_signal_destroy(s));
   CHECK(hsa_queue_destroy(q));
   CHECK(hsa_executable_destroy(g_exec));
