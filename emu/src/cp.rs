@@ -320,6 +320,8 @@ struct NodeInfo {
 
 #[derive(Debug, Clone)]
 struct KernelInfo {
+    /// Serial of the tracked range holding the kernel object (None: untracked memory).
+    range_serial: Option<u64>,
     name: Option<String>,
     host: Option<HostKernel>,
     duration_override: Option<u64>,
@@ -331,7 +333,7 @@ struct CpThread {
     heap: BinaryHeap<Pending>,
     nodes: Vec<NodeInfo>,
     seq: u64,
-    kernel_cache: HashMap<u64, KernelInfo>,
+    kernel_cache: HashMap<u64, std::sync::Arc<KernelInfo>>,
     cache_epochs: (u64, u64),
 }
 
@@ -657,21 +659,34 @@ impl CpThread {
         }
     }
 
-    fn kernel_info(&mut self, object: u64) -> KernelInfo {
+    fn kernel_info(&mut self, object: u64) -> std::sync::Arc<KernelInfo> {
         let epochs = (self.emu.memory.epoch(), self.emu.host_kernels.epoch());
-        if epochs != self.cache_epochs {
+        if epochs.1 != self.cache_epochs.1 {
             self.kernel_cache.clear();
-            self.cache_epochs = epochs;
+        } else if epochs.0 != self.cache_epochs.0 {
+            // Memory was freed: keep only entries whose tracked range is still there.
+            let view = self.emu.memory.view();
+            self.kernel_cache.retain(|object, k| {
+                k.range_serial.is_some()
+                    && view.find(*object as usize).map(|r| r.serial) == k.range_serial
+            });
         }
+        self.cache_epochs = epochs;
         if let Some(k) = self.kernel_cache.get(&object) {
             return k.clone();
         }
         let name = kernel_symbol(&self.emu.memory, object);
-        let info = KernelInfo {
+        let info = std::sync::Arc::new(KernelInfo {
             host: self.emu.host_kernels.lookup(object, name.as_deref()),
             duration_override: self.emu.config.kernel_override(object, name.as_deref()),
+            range_serial: self
+                .emu
+                .memory
+                .view()
+                .find(object as usize)
+                .map(|r| r.serial),
             name,
-        };
+        });
         if self.emu.config.log {
             eprintln!(
                 "rprof-emu: kernel object {object:#x} = {:?} (host implementation: {})",

@@ -41,6 +41,8 @@ pub struct Range {
     pub mapped_nodes: Box<[u32]>,
     /// `hsaKmtSetMemoryUserData`.
     pub user_data: usize,
+    /// Unique per allocation/registration (an address may be reused after a free; this never is).
+    pub serial: u64,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +57,7 @@ struct Tables {
 pub struct MemoryTable {
     tables: Mutex<Tables>,
     epoch: AtomicU64,
+    serial: AtomicU64,
 }
 
 /// Locked view of the memory table, used to read memory safely.
@@ -224,6 +227,7 @@ impl MemoryTable {
                 kind: RangeKind::Allocated,
                 mapped_nodes: Box::new([]),
                 user_data: 0,
+                serial: self.serial.fetch_add(1, Ordering::Relaxed),
             },
         );
         Some(base)
@@ -264,6 +268,7 @@ impl MemoryTable {
                 kind: RangeKind::RegisteredUser,
                 mapped_nodes: Box::new([]),
                 user_data: 0,
+                serial: self.serial.fetch_add(1, Ordering::Relaxed),
             },
         );
         true
