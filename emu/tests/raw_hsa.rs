@@ -170,7 +170,9 @@ fn no_leaks_over_a_long_run() {
 fn signal_event_limit_falls_back() {
     let r = run(&hsa_raw(), &["events"], &[]);
     assert_eq!(r.int("signals"), 5000);
-    assert_eq!(r.int("live_events_at_most_4096"), 1);
+    // Every one of the 4096 signal events is in use (the rest of the signals fell back to polling), plus
+    // ROCr's VM-fault memory event.
+    assert_eq!(r.int("live_events"), 4097);
     assert_eq!(r.int("waits_ok"), 2);
     assert_eq!(r.int("done"), 1);
 }
