@@ -197,7 +197,7 @@ fn kernels_share_compute_units_and_respect_the_barrier_bit() {
     let r = run(
         &hsa_raw(),
         &["concurrency", co.to_str().unwrap()],
-        &[("RPROF_EMU_KERNEL_NS", "empty=1000000")],
+        &[("RPROF_EMU_KERNEL_NS", "empty=20000000")],
     );
     assert_eq!(r.int("small_two_queues_overlap"), 1);
     assert_eq!(r.int("full_two_queues_overlap"), 0);

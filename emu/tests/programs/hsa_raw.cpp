@@ -489,7 +489,7 @@ static int mode_main(const char* code_object) {
   return 0;
 }
 
-// Concurrency: profiled 1 ms kernels. Small kernels on two queues overlap; kernels that each need every CU
+// Concurrency: profiled kernels (20 ms in the test, so that preemption of this thread cannot hide an overlap). Small kernels on two queues overlap; kernels that each need every CU
 // run one after the other; on one queue two kernels overlap unless the second has the barrier bit.
 static int mode_concurrency(const char* code_object) {
   init();
