@@ -67,7 +67,7 @@ pub trait DispatchSignal: Send + 'static {
 pub trait SignalSource<S: DispatchSignal> {
     /// A signal with value 1, ready for a packet, or `None` when exhausted.
     fn try_acquire(&self) -> Option<S>;
-    /// Signals available right now (approximate).
+    /// Signals available right now (approximate; not used on hot paths).
     fn available(&self) -> usize;
     /// Total signals the source can have out at once.
     fn capacity(&self) -> usize;
@@ -574,14 +574,15 @@ impl<S: DispatchSignal> Engine<S> {
                 return got;
             }
             let started = *start.get_or_insert_with(Instant::now);
-            if started.elapsed() >= self.options.pool_wait || !self.is_tracing() {
+            // A batch larger than the whole pool can never be served whole:
+            // trace what fits, the rest passes through (counted lost).
+            if count > source.capacity()
+                || started.elapsed() >= self.options.pool_wait
+                || !self.is_tracing()
+            {
                 return got;
             }
-            // A batch larger than the pool can never be served whole; keep
-            // what it has and wait for more.
-            if count <= source.capacity() {
-                got.clear();
-            }
+            got.clear();
             self.wake_urgently(rounds);
             if rounds < 64 {
                 std::thread::yield_now();

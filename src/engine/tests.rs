@@ -672,3 +672,25 @@ fn serialized_dispatches_pass_their_gates_one_at_a_time() {
         assert!(w[0].1 <= w[1].0, "overlap: {:?} {:?}", w[0], w[1]);
     }
 }
+
+#[test]
+fn a_batch_larger_than_the_pool_traces_what_fits_without_waiting() {
+    let h = Harness::new(4, Names::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let pkts: Vec<RawPacket> = (0..10).map(|i| kernel_packet(0x100 + i, 0)).collect();
+    let t0 = Instant::now();
+    h.submit(&q, &pkts);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "must not wait for signals that cannot come"
+    );
+    let (outcome, got, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 4);
+    assert_eq!(outcome.metadata.records_lost, 6);
+    assert_eq!(got.intercepts[0].dispatch_count, 10);
+    assert_eq!(
+        device.kernels.load(Ordering::SeqCst),
+        10,
+        "untraced kernels still run"
+    );
+}

@@ -148,7 +148,9 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|n| (1..=1 << 20).contains(n))
-        .unwrap_or(DEFAULT_POOL_SIZE);
+        .unwrap_or(DEFAULT_POOL_SIZE)
+        // A serialized dispatch takes three signals at once.
+        .max(if config.serialize_kernels { 3 } else { 1 });
     let pool = match SignalPool::new(
         RocrSignals::new(rt),
         PoolConfig {

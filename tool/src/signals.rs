@@ -7,7 +7,7 @@
 //! at `OnLoad` and checked to be present; signal handles passed to them are
 //! ones this module created and still owns.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use hsa_sys::{
     hsa_agent_t, hsa_amd_profiling_dispatch_time_t, hsa_signal_t, HSA_AMD_SIGNAL_AMD_GPU_ONLY,
@@ -85,7 +85,6 @@ pub type Pool = SignalPool<RocrSignals>;
 #[derive(Debug)]
 pub struct PooledSignal {
     handle: SignalHandle<'static, RocrSignals>,
-    out: &'static AtomicUsize,
 }
 
 impl DispatchSignal for PooledSignal {
@@ -94,19 +93,10 @@ impl DispatchSignal for PooledSignal {
     }
 }
 
-impl Drop for PooledSignal {
-    fn drop(&mut self) {
-        self.out.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The interceptor's view of the pool.
 #[derive(Debug)]
 pub struct PoolSource {
     pool: &'static Pool,
-    /// Signals handed out and not yet dropped (cheaper than the pool's stats,
-    /// which take a lock).
-    out: &'static AtomicUsize,
     capacity: usize,
 }
 
@@ -114,11 +104,7 @@ impl PoolSource {
     /// A source over a leaked pool.
     pub fn new(pool: &'static Pool) -> Self {
         let capacity = pool.config().capacity as usize;
-        PoolSource {
-            pool,
-            out: Box::leak(Box::new(AtomicUsize::new(0))),
-            capacity,
-        }
+        PoolSource { pool, capacity }
     }
 
     /// The pool itself (for its statistics).
@@ -130,20 +116,15 @@ impl PoolSource {
 impl SignalSource<PooledSignal> for PoolSource {
     fn try_acquire(&self) -> Option<PooledSignal> {
         match self.pool.try_acquire() {
-            Ok(Some(handle)) => {
-                self.out.fetch_add(1, Ordering::Relaxed);
-                Some(PooledSignal {
-                    handle,
-                    out: self.out,
-                })
-            }
+            Ok(Some(handle)) => Some(PooledSignal { handle }),
             _ => None,
         }
     }
 
+    /// Not for hot paths: reads the pool's statistics (takes its lock).
     fn available(&self) -> usize {
         self.capacity
-            .saturating_sub(self.out.load(Ordering::Relaxed))
+            .saturating_sub(self.pool.stats().in_use as usize)
     }
 
     fn capacity(&self) -> usize {
