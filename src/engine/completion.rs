@@ -242,6 +242,10 @@ impl<S: DispatchSignal> Engine<S> {
         loop {
             match self.records.push(rec) {
                 Ok(()) => break,
+                Err(_) if self.writer_gone.load(Ordering::Acquire) => {
+                    self.count_lost(1);
+                    break;
+                }
                 Err(back) => {
                     // Never drop: wait for the writer.
                     rec = back;

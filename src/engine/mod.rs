@@ -287,6 +287,10 @@ pub struct Engine<S> {
     completion_wake: Wake,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,
+    /// The writer thread is gone (panicked).
+    writer_gone: AtomicBool,
+    /// The completion thread is gone (panicked).
+    completion_gone: AtomicBool,
     writer_wake: Wake,
     counters: EngineCounters,
     state: AtomicU8,
@@ -303,6 +307,8 @@ impl<S: DispatchSignal> Engine<S> {
             records: ArrayQueue::new(options.record_queue.max(2)),
             completion_wake: Wake::new(),
             urgent: AtomicBool::new(false),
+            writer_gone: AtomicBool::new(false),
+            completion_gone: AtomicBool::new(false),
             writer_wake: Wake::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
@@ -621,7 +627,10 @@ impl<S: DispatchSignal> Engine<S> {
             self.state
                 .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
         let deadline = Instant::now() + timeout;
-        while self.in_flight() > 0 && Instant::now() < deadline {
+        while self.in_flight() > 0
+            && Instant::now() < deadline
+            && !self.completion_gone.load(Ordering::Acquire)
+        {
             self.completion_wake.notify();
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -631,10 +640,29 @@ impl<S: DispatchSignal> Engine<S> {
         left
     }
 
+    /// The completion thread died: nothing new is traced and shutdown does
+    /// not wait for dispatches nobody will complete.
+    pub fn completion_failed(&self) {
+        self.completion_gone.store(true, Ordering::Release);
+        self.stop_tracing_now();
+        self.writer_wake.notify();
+    }
+
+    /// The writer thread died: records are dropped (counted) instead of
+    /// waited for, and nothing new is traced.
+    pub fn writer_failed(&self) {
+        self.writer_gone.store(true, Ordering::Release);
+        self.stop_tracing_now();
+    }
+
     /// Stops tracing new work at once, without waiting or taking any lock
     /// (safe in a forked child, where rprof's threads do not exist).
+    /// The completion and writer threads keep running until
+    /// [`Engine::begin_shutdown`] / [`Engine::stop_writer`].
     pub fn stop_tracing_now(&self) {
-        self.state.fetch_max(STOP_WRITER, Ordering::AcqRel);
+        let _ =
+            self.state
+                .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Tells the writer that no more records will come (call after the

@@ -694,3 +694,74 @@ fn a_batch_larger_than_the_pool_traces_what_fits_without_waiting() {
         "untraced kernels still run"
     );
 }
+
+struct PanickingSink;
+
+impl RecordSink for PanickingSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        panic!("sink bug");
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dead_writer_thread_never_stalls_the_app() {
+    let signals = Signals::new();
+    let pool = Arc::new(FakePool::new(signals.clone(), 8));
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        pid: 1,
+        max_in_flight: 8,
+        record_queue: 4,
+        pool_wait: Duration::from_secs(20),
+        min_backoff: Duration::from_micros(50),
+        max_backoff: Duration::from_micros(500),
+        serialize: false,
+    }));
+    let (e, b) = (
+        engine.clone(),
+        FakeBackend {
+            signals: signals.clone(),
+        },
+    );
+    let completion = std::thread::spawn(move || e.run_completion(&b));
+    let e = engine.clone();
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(PanickingSink)];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+        }));
+        if r.is_err() {
+            e.writer_failed();
+        }
+    });
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let t0 = Instant::now();
+    for _ in 0..200 {
+        engine.intercept(&q, &[kernel_packet(1, 0)], &*pool, |out| {
+            // An instant device.
+            for p in out {
+                let s = p.completion_signal();
+                if s != 0 && s < 1000 {
+                    signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "interceptors stalled behind a dead writer"
+    );
+    writer.join().unwrap();
+    assert!(!engine.is_tracing());
+    engine.begin_shutdown(Duration::from_secs(5));
+    completion.join().unwrap();
+    assert_eq!(engine.in_flight(), 0);
+}

@@ -244,16 +244,24 @@ fn start_threads(
         .spawn(move || {
             guarded(
                 "the completion thread",
-                || (),
+                // Nobody completes dispatches any more: trace nothing new,
+                // so interceptors never wait for this thread.
+                || e.completion_failed(),
                 || e.run_completion(&backend),
             )
         })?;
     let writer = std::thread::Builder::new()
         .name("rprof-writer".into())
         .spawn(move || {
-            guarded("the writer thread", WriterOutcome::default, || {
-                engine.run_writer(&mut sinks, &mut &*kernels, &run, &agents)
-            })
+            let e = engine.clone();
+            guarded(
+                "the writer thread",
+                move || {
+                    e.writer_failed();
+                    WriterOutcome::default()
+                },
+                || engine.run_writer(&mut sinks, &mut &*kernels, &run, &agents),
+            )
         })?;
     Ok((completion, writer))
 }
