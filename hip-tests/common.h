@@ -165,15 +165,22 @@ struct Args {
     }
 };
 
-// Fails the program (exit 1) with a message if `ok` is false.
+// Fails the program (exit 1) with a message if `ok` is false. The message is
+// written with one write(2) so that it stays whole next to other processes'.
 inline void verify_or_die(bool ok, const char* fmt, ...) {
     if (ok) return;
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    std::fprintf(stderr, "VERIFY FAILED: ");
-    std::vfprintf(stderr, fmt, ap);
-    std::fprintf(stderr, "\n");
+    std::vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char line[600];
+    int n = std::snprintf(line, sizeof line, "VERIFY FAILED (pid %d): %s\n", (int)getpid(), msg);
+    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+    if (n > 0) {
+        ssize_t w = ::write(STDERR_FILENO, line, (size_t)n);
+        (void)w;
+    }
     std::exit(1);
 }
 

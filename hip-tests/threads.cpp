@@ -4,8 +4,8 @@
 // with its own stream: thread t launches PER_THREAD x thread_work<t> and, on
 // every 4th launch, the shared kernel tick (so one kernel name is dispatched
 // from all threads at once). The threads start together behind a barrier.
-// Each thread also prints `THREAD tid=<os tid> stream_kernels=<n>`, its own
-// total, for tracers that attribute dispatches to the enqueuing thread.
+// Each thread also prints `THREAD tid=<os tid> index=<t> stream_kernels=<n>`,
+// its own total, for tracers that attribute dispatches to the enqueuing thread.
 // --verify (real hardware): every thread's buffer holds PER_THREAD and the tick
 // counter equals the number of tick launches.
 #include "common.h"
@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
             HIP_CHECK(hipStreamDestroy(stream));
             log.add("void thread_work<" + std::to_string(t) + ">(int*, int)", dim3(1), dim3(kElements), mine);
             log.add("tick(unsigned int*)", dim3(1), dim3(64), ticks);
-            hiptests::emit_line("THREAD tid=%ld stream_kernels=%lld", (long)syscall(SYS_gettid), mine + ticks);
+            hiptests::emit_line("THREAD tid=%ld index=%d stream_kernels=%lld", (long)syscall(SYS_gettid), t,
+                                mine + ticks);
         });
     }
     for (auto& w : workers) w.join();
