@@ -203,23 +203,17 @@ fn memcpy_mix() {
     }
 }
 
-/// 4 host threads, each with its own stream, 250 launches each plus ticks.
-/// HIP dispatches directly from the launching thread, and rprof records the
-/// thread that submitted each packet. Streams may share a hardware queue (HIP
-/// keeps a small pool of them), and then ROCr's intercept queue hands every
-/// pending packet of that queue to whichever thread rings the doorbell
-/// first, so a dispatch can be attributed to another thread *of the same
-/// queue*. Hence: each stream's kernels stay on one queue; every dispatch is
-/// attributed to one of the app's launching threads; per queue, the
-/// dispatches of its threads add up exactly; a thread alone on its queue gets
-/// exactly its own count.
-#[test]
-fn threads_own_streams() {
-    let Some(prog) = hip_program("threads") else {
-        return;
-    };
-    let label = "threads";
-    let run = run_traced(label, &["-o", label], &prog, &["4", "250"], &[]);
+/// A traced `threads 4 250` run: per app thread (tid) its index and launch
+/// count, the program's rows, and the queue of each thread's stream.
+struct ThreadsRun {
+    threads: BTreeMap<u64, (u64, u64)>,
+    traced_by_tid: BTreeMap<u64, u64>,
+    queue_of_index: BTreeMap<u64, u64>,
+}
+
+fn run_threads(label: &str, env: &[(&str, &str)]) -> Option<ThreadsRun> {
+    let prog = hip_program("threads")?;
+    let run = run_traced(label, &["-o", label], &prog, &["4", "250"], env);
     run.assert_success();
     let report = single_report(&run);
     let f = check_outputs(&run.dir, label, &report);
@@ -264,7 +258,7 @@ fn threads_own_streams() {
     }
     assert_eq!(queue_of_index.len(), 4);
 
-    let mut traced: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut traced_by_tid: BTreeMap<u64, u64> = BTreeMap::new();
     for r in &program_rows {
         assert!(
             threads.contains_key(&r.thread_id),
@@ -273,13 +267,34 @@ fn threads_own_streams() {
             r.kernel_name,
             r.thread_id
         );
-        *traced.entry(r.thread_id).or_default() += 1;
+        *traced_by_tid.entry(r.thread_id).or_default() += 1;
     }
+    Some(ThreadsRun {
+        threads,
+        traced_by_tid,
+        queue_of_index,
+    })
+}
+
+/// 4 host threads, each with its own stream, 250 launches each plus ticks,
+/// with HIP's default pool of hardware queues. rprof records the thread that
+/// ran the interceptor; when streams share a hardware queue, ROCr's intercept
+/// queue hands every pending packet of that queue to whichever thread rings
+/// the doorbell first, so a dispatch can be attributed to another thread *of
+/// the same queue* (docs/architecture.md, "Which thread"). Hence: each
+/// stream's kernels stay on one queue; every dispatch is attributed to one of
+/// the launching threads; per queue, its threads' dispatches add up exactly;
+/// a thread alone on its queue gets exactly its own count.
+#[test]
+fn threads_shared_queues() {
+    let Some(t) = run_threads("threads", &[]) else {
+        return;
+    };
     let mut per_queue: BTreeMap<u64, (u64, u64, Vec<u64>)> = BTreeMap::new();
-    for (tid, (index, launched)) in &threads {
-        let e = per_queue.entry(queue_of_index[index]).or_default();
+    for (tid, (index, launched)) in &t.threads {
+        let e = per_queue.entry(t.queue_of_index[index]).or_default();
         e.0 += launched;
-        e.1 += traced.get(tid).copied().unwrap_or(0);
+        e.1 += t.traced_by_tid.get(tid).copied().unwrap_or(0);
         e.2.push(*tid);
     }
     for (queue, (launched, got, tids)) in &per_queue {
@@ -289,12 +304,30 @@ fn threads_own_streams() {
         );
         if let [tid] = tids[..] {
             assert_eq!(
-                traced.get(&tid).copied().unwrap_or(0),
-                threads[&tid].1,
+                t.traced_by_tid.get(&tid).copied().unwrap_or(0),
+                t.threads[&tid].1,
                 "thread {tid} is alone on queue {queue}: its dispatches are exactly its own"
             );
         }
     }
+}
+
+/// The same with GPU_MAX_HW_QUEUES=8: every stream gets its own hardware
+/// queue, so every thread's dispatch count in the trace is exactly its own.
+#[test]
+fn threads_own_queues() {
+    let Some(t) = run_threads("threads_own_queues", &[("GPU_MAX_HW_QUEUES", "8")]) else {
+        return;
+    };
+    let queues: std::collections::BTreeSet<_> = t.queue_of_index.values().collect();
+    assert_eq!(
+        queues.len(),
+        4,
+        "one queue per stream: {:?}",
+        t.queue_of_index
+    );
+    let expect: BTreeMap<u64, u64> = t.threads.iter().map(|(tid, (_, n))| (*tid, *n)).collect();
+    assert_eq!(t.traced_by_tid, expect, "dispatches per launching thread");
 }
 
 /// exit(0) right after enqueuing 2000 kernels: every one is in the trace.
