@@ -40,6 +40,11 @@ int rprof_emu_signal_add(uint64_t signal, int64_t delta);
 /* Only the interrupt part (mailbox store + event fire), without changing the value. Returns 0 or -1. */
 int rprof_emu_signal_interrupt(uint64_t signal);
 
+/* CLOCK_BOOTTIME ns at which the device last raised the interrupt of `signal` (rprof_emu_signal_add /
+ * rprof_emu_signal_interrupt, or a packet completing it), or 0 if never / the signal has no event. Real hardware
+ * reports no such time; tracers use it as the ring time of an RPC doorbell on the emulated GPU. */
+uint64_t rprof_emu_signal_last_interrupt_ns(uint64_t signal);
+
 /* Symbol name (without ".kd") of the kernel at `kernel_object`, resolved from the loaded code object. Writes a
  * NUL-terminated, possibly truncated copy into buf[len]; returns the full length or -1 if unknown. */
 int rprof_emu_kernel_name(uint64_t kernel_object, char* buf, size_t len);

@@ -21,6 +21,7 @@ std::arch::global_asm!(
     ".symver rprof_emu_signal_interrupt, rprof_emu_signal_interrupt@@@HSAKMT_1",
     ".symver rprof_emu_kernel_name, rprof_emu_kernel_name@@@HSAKMT_1",
     ".symver rprof_emu_get_stats, rprof_emu_get_stats@@@HSAKMT_1",
+    ".symver rprof_emu_signal_last_interrupt_ns, rprof_emu_signal_last_interrupt_ns@@@HSAKMT_1",
 );
 
 fn guard(f: impl FnOnce() -> c_int) -> c_int {
@@ -140,6 +141,36 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt(signal_handle: u64) -> c_int
         unsafe { crate::cp::signal_interrupt(e, signal_handle) };
         0
     })
+}
+
+/// `CLOCK_BOOTTIME` ns at which the device last raised the interrupt of this
+/// signal (what [`rprof_emu_signal_add`] / [`rprof_emu_signal_interrupt`] and
+/// completing packets do), or 0 if never or if the signal has no event.
+/// Tracers use it as the ring time of an RPC doorbell, which real hardware
+/// does not report.
+///
+/// # Safety
+/// `signal_handle` must be the handle of a live ROCr signal.
+#[no_mangle]
+pub unsafe extern "C" fn rprof_emu_signal_last_interrupt_ns(signal_handle: u64) -> u64 {
+    catch_unwind(AssertUnwindSafe(|| {
+        let Ok(e) = emulator() else { return 0 };
+        if signal_handle == 0 {
+            return 0;
+        }
+        let field =
+            signal_handle as usize + std::mem::offset_of!(hsa_sys::amd_signal_t, event_mailbox_ptr);
+        // SAFETY: live signal per the contract; event_mailbox_ptr is an
+        // aligned u64 field that ROCr wrote before handing the signal out.
+        let mailbox = unsafe {
+            (*(field as *const std::sync::atomic::AtomicU64))
+                .load(std::sync::atomic::Ordering::Acquire)
+        };
+        e.events
+            .id_of_mailbox(mailbox)
+            .map_or(0, |slot| e.events.last_interrupt_ns(slot))
+    }))
+    .unwrap_or(0)
 }
 
 /// Writes the symbol name (without `.kd`) of the kernel at `kernel_object` into `buf` (NUL-terminated, truncated

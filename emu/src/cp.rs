@@ -368,6 +368,7 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
         return;
     }
     let id = if let Some(slot_id) = emu.events.id_of_mailbox(mailbox) {
+        emu.events.note_interrupt(slot_id, crate::clock::now_ns());
         slot_id
     } else if mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8) {
         event_id

@@ -56,6 +56,10 @@ pub struct EventTable {
     table: Mutex<Table>,
     wake: Condvar,
     mailboxes: Box<[std::sync::atomic::AtomicU64]>,
+    /// `CLOCK_BOOTTIME` ns of the last interrupt raised on each signal
+    /// event's mailbox slot (0 = never): what the device knows of a ring and
+    /// real hardware does not report.
+    interrupts: Box<[std::sync::atomic::AtomicU64]>,
 }
 
 impl Default for EventTable {
@@ -78,6 +82,9 @@ impl EventTable {
             }),
             wake: Condvar::new(),
             mailboxes,
+            interrupts: (0..=MAX_SIGNAL_EVENTS as usize)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
         }
     }
 
@@ -238,6 +245,22 @@ impl EventTable {
         let base = self.mailboxes.as_ptr() as u64;
         let off = addr.checked_sub(base)?;
         (off % 8 == 0 && off / 8 <= u64::from(MAX_SIGNAL_EVENTS)).then_some((off / 8) as u32)
+    }
+
+    /// Records that the device raised the interrupt of mailbox slot `slot`
+    /// at `ns`.
+    pub fn note_interrupt(&self, slot: u32, ns: u64) {
+        if let Some(a) = self.interrupts.get(slot as usize) {
+            a.store(ns, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// When the device last raised the interrupt of mailbox slot `slot`
+    /// (0 = never or unknown slot).
+    pub fn last_interrupt_ns(&self, slot: u32) -> u64 {
+        self.interrupts
+            .get(slot as usize)
+            .map_or(0, |a| a.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Number of live events and the number of fires so far.
