@@ -34,8 +34,10 @@ fi
 
 mkdir -p "$out"
 # One build at a time per output directory (test binaries may call us concurrently).
-exec 9>"$out/.build.lock"
-flock 9
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$out/.build.lock"
+    flock 9
+fi
 
 flags=(-std=c++17 -O2 -Wall -Wextra)
 for a in $archs; do flags+=("--offload-arch=$a"); done
