@@ -73,6 +73,8 @@ pub enum Record {
     Dispatch(DispatchRecord),
     /// An interceptor call on an application thread.
     Intercept(InterceptRecord),
+    /// A doorbell wake of a GPU RPC server thread (`--rpc-trace`).
+    RpcWake(crate::rpc::RpcWakeRecord),
 }
 
 /// A GPU agent as listed in the run's outputs.
@@ -118,6 +120,11 @@ pub struct RunMetadata {
     pub end_clamped: u64,
     /// Records lost (must be 0; counted rather than hidden).
     pub records_lost: u64,
+    /// RPC doorbell wakes recorded (`--rpc-trace`).
+    pub rpc_wakes: u64,
+    /// Blocked `NE 0` waits on signals without an event, which the RPC
+    /// tracer cannot treat as doorbell waits (see [`crate::rpc`]).
+    pub rpc_unrecognised_waits: u64,
     /// `CLOCK_BOOTTIME` ns when tracing ended.
     pub end_ns: u64,
 }

@@ -8,13 +8,15 @@
 //! dispatches.
 //!
 //! Call order: [`RecordSink::start`] once, then any interleaving of
-//! [`RecordSink::intercept`] and [`RecordSink::dispatch`], then
+//! [`RecordSink::intercept`], [`RecordSink::dispatch`] and
+//! [`RecordSink::rpc_wake`], then
 //! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
 //! arrives when it completes, after the intercept record of its batch.
 
 use std::io;
 
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::rpc::RpcWakeRecord;
 
 /// Names of a dispatch's kernel, resolved by the writer from the kernel
 /// table.
@@ -36,6 +38,12 @@ pub trait RecordSink {
     fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()>;
     /// One finished kernel dispatch.
     fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()>;
+    /// One RPC doorbell wake (`--rpc-trace`). Sinks without an RPC view
+    /// ignore it.
+    fn rpc_wake(&mut self, rec: &RpcWakeRecord) -> io::Result<()> {
+        let _ = rec;
+        Ok(())
+    }
     /// Called once after the last record. Flushes and closes.
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()>;
 }

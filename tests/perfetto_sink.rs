@@ -301,6 +301,7 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
         end_clamped: 1,
         records_lost: 0,
         end_ns: BASE_NS + 100_000_000,
+        ..RunMetadata::default()
     })
     .unwrap();
 }

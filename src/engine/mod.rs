@@ -274,6 +274,8 @@ pub struct EngineCounters {
     pub lost: AtomicU64,
     /// Dispatches completed and handed to the writer.
     pub completed: AtomicU64,
+    /// Doorbell-shaped waits on signals without an event (`--rpc-trace`).
+    pub rpc_unrecognised: AtomicU64,
 }
 
 /// The shared state of a tracing session. See the module docs.
@@ -599,6 +601,20 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
+    /// Hands an RPC doorbell wake (from a wait wrapper on an application
+    /// thread) to the writer. Never blocks for long: see
+    /// `push_record_from_app_thread`.
+    pub fn push_rpc_wake(&self, rec: crate::rpc::RpcWakeRecord) {
+        self.push_record_from_app_thread(Record::RpcWake(rec));
+    }
+
+    /// Counts a doorbell-shaped wait on a signal without an event.
+    pub fn count_rpc_unrecognised(&self) {
+        self.counters
+            .rpc_unrecognised
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     fn push_record_from_app_thread(&self, rec: Record) {
         if self.records.push(rec).is_ok() {
             return;
@@ -681,6 +697,8 @@ impl<S: DispatchSignal> Engine<S> {
             start_clamped: self.counters.start_clamped.load(Ordering::Relaxed),
             end_clamped: self.counters.end_clamped.load(Ordering::Relaxed),
             records_lost: self.counters.lost.load(Ordering::Relaxed),
+            rpc_wakes: 0,
+            rpc_unrecognised_waits: self.counters.rpc_unrecognised.load(Ordering::Relaxed),
             end_ns: boottime_ns(),
         }
     }

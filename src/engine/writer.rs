@@ -78,6 +78,7 @@ impl<S: DispatchSignal> Engine<S> {
         let mut filtered_out = 0u64;
         let mut intercept_calls = 0u64;
         let mut intercept_ns = 0u64;
+        let mut rpc_wakes = 0u64;
         loop {
             let mut got = false;
             while let Some(rec) = self.records.pop() {
@@ -90,6 +91,16 @@ impl<S: DispatchSignal> Engine<S> {
                             if !failed[i] {
                                 if let Err(e) = sink.intercept(&r) {
                                     report(i, &mut failed, "intercept", e);
+                                }
+                            }
+                        }
+                    }
+                    Record::RpcWake(w) => {
+                        rpc_wakes += 1;
+                        for (i, sink) in sinks.iter_mut().enumerate() {
+                            if !failed[i] {
+                                if let Err(e) = sink.rpc_wake(&w) {
+                                    report(i, &mut failed, "rpc_wake", e);
                                 }
                             }
                         }
@@ -126,6 +137,7 @@ impl<S: DispatchSignal> Engine<S> {
         let mut metadata = self.metadata();
         metadata.dispatches = dispatches;
         metadata.filtered_out = filtered_out;
+        metadata.rpc_wakes = rpc_wakes;
         for (i, sink) in sinks.iter_mut().enumerate() {
             if !failed[i] {
                 if let Err(e) = sink.finish(&metadata) {
