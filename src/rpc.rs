@@ -53,6 +53,9 @@ pub struct RpcWakeRecord {
     pub value_at_wake: i64,
     /// Next wait entry: end of serving.
     pub serve_end_ns: u64,
+    /// Signal value at the next wait entry: clients still pending when the
+    /// server went back to sleep (normally 0).
+    pub value_at_serve_end: i64,
     /// When the device rang, if the device can tell (the emulated GPU can;
     /// real hardware writes no timestamp with the interrupt). 0 = unknown.
     pub ring_ns: u64,
@@ -112,11 +115,12 @@ pub struct DoorbellTracker {
 }
 
 impl DoorbellTracker {
-    /// A wait on `signal` begins at `now`. Returns the record whose serve
-    /// this ends, if any.
-    pub fn wait_enter(&mut self, signal: u64, now: u64) -> Option<RpcWakeRecord> {
+    /// A wait on `signal` begins at `now`, the signal holding `value`.
+    /// Returns the record whose serve this ends, if any.
+    pub fn wait_enter(&mut self, signal: u64, now: u64, value: i64) -> Option<RpcWakeRecord> {
         let done = self.serving.take().map(|mut r| {
             r.serve_end_ns = now;
+            r.value_at_serve_end = value;
             r
         });
         match self.sleeping {
@@ -148,6 +152,7 @@ impl DoorbellTracker {
             wake_ns: now,
             value_at_wake: value,
             serve_end_ns: 0,
+            value_at_serve_end: 0,
             ring_ns,
             timeouts,
         });
@@ -322,11 +327,11 @@ mod tests {
     #[test]
     fn timeouts_extend_the_sleep_and_next_wait_ends_the_serve() {
         let mut t = DoorbellTracker::default();
-        assert_eq!(t.wait_enter(7, 100), None);
+        assert_eq!(t.wait_enter(7, 100, 0), None);
         t.wait_exit(1, 7, 150, 0, 0); // timeout
-        assert_eq!(t.wait_enter(7, 151), None);
+        assert_eq!(t.wait_enter(7, 151, 0), None);
         t.wait_exit(1, 7, 300, 3, 290);
-        let r = t.wait_enter(7, 450).unwrap();
+        let r = t.wait_enter(7, 450, 1).unwrap();
         assert_eq!(
             r,
             RpcWakeRecord {
@@ -336,6 +341,7 @@ mod tests {
                 wake_ns: 300,
                 value_at_wake: 3,
                 serve_end_ns: 450,
+                value_at_serve_end: 1,
                 ring_ns: 290,
                 timeouts: 1
             }

@@ -1046,3 +1046,194 @@ fn bench_sink_throughput() {
         );
     }
 }
+
+/// RPC doorbell wakes (`--rpc-trace`): a server thread that also submits a
+/// kernel while serving. Every wake gives one `sleep` and one `serve` slice
+/// on the server's thread track, a `wake` instant with the pending count,
+/// and two values on the doorbell's counter track; the CSV and JSON sinks
+/// get one row each.
+#[test]
+fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
+    use rprof_core::output::csv::CsvSink;
+    use rprof_core::output::json::JsonSink;
+    use rprof_core::output::perfetto::{
+        RPC_COUNTER_TRACK_PREFIX, RPC_SERVE_SLICE_NAME, RPC_SLEEP_SLICE_NAME, RPC_WAKE_INSTANT_NAME,
+    };
+    use rprof_core::rpc::RpcWakeRecord;
+
+    const SERVER: u32 = PID + 9;
+    const DOORBELL: u64 = 0x7f00_dead_0000;
+    const WAKES: u64 = 50;
+    let dir = tmp("rpc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("rpc.pftrace");
+    let csv_path = dir.join("rpc_kernel_trace.csv");
+    let json_path = dir.join("rpc_results.json");
+    let options = PerfettoOptions {
+        clocks: Some(ClockReadings {
+            boottime_ns: BASE_NS,
+            monotonic_ns: BASE_NS,
+            realtime_ns: BASE_NS,
+        }),
+        ..PerfettoOptions::default()
+    };
+    let mut sinks: Vec<Box<dyn RecordSink>> = vec![
+        Box::new(PerfettoSink::with_options(&trace, options).unwrap()),
+        Box::new(CsvSink::create(&csv_path).unwrap()),
+        Box::new(JsonSink::create(&json_path).unwrap()),
+    ];
+    for s in sinks.iter_mut() {
+        s.start(&run_info(), &agents()).unwrap();
+    }
+    let mut t = BASE_NS;
+    for i in 0..WAKES {
+        let wake = RpcWakeRecord {
+            thread_id: SERVER,
+            signal: DOORBELL,
+            sleep_begin_ns: t,
+            wake_ns: t + 10_000,
+            value_at_wake: (i % 4 + 1) as i64,
+            serve_end_ns: t + 15_000,
+            value_at_serve_end: 0,
+            ring_ns: if i % 2 == 0 { t + 9_000 } else { 0 },
+            timeouts: (i % 3) as u32,
+        };
+        // The server submits one kernel in the middle of its serve.
+        let corr = (u64::from(PID) << 32) | (i + 1);
+        let intercept = InterceptRecord {
+            thread_id: SERVER,
+            queue_id: 1,
+            agent_index: 0,
+            begin_ns: t + 11_000,
+            end_ns: t + 11_500,
+            first_correlation_id: corr,
+            dispatch_count: 1,
+            packet_count: 1,
+        };
+        let dispatch = DispatchRecord {
+            correlation_id: corr,
+            dispatch_id: i + 1,
+            queue_id: 1,
+            thread_id: SERVER,
+            kernel_object: 0x5000,
+            grid: [64, 1, 1],
+            workgroup: [64, 1, 1],
+            enqueue_ns: t + 11_200,
+            start_ns: t + 12_000,
+            end_ns: t + 13_000,
+            ..DispatchRecord::default()
+        };
+        let k = KernelInfo {
+            kernel_id: 1,
+            display_name: "rpc_client",
+            symbol_name: "rpc_client",
+        };
+        for s in sinks.iter_mut() {
+            s.intercept(&intercept).unwrap();
+            s.dispatch(&dispatch, &k).unwrap();
+            s.rpc_wake(&wake).unwrap();
+        }
+        t += 20_000;
+    }
+    let meta = RunMetadata {
+        dispatches: WAKES,
+        rpc_wakes: WAKES,
+        rpc_unrecognised_waits: 2,
+        ..RunMetadata::default()
+    };
+    for s in sinks.iter_mut() {
+        s.finish(&meta).unwrap();
+    }
+
+    let (json, stdout) = check(&trace);
+    assert!(stdout.contains("0 errors"), "{stdout}");
+    let p = parse(json);
+    let count = |name: &str| p.slices().iter().filter(|s| s["name"] == name).count() as u64;
+    assert_eq!(count(RPC_SLEEP_SLICE_NAME), WAKES);
+    assert_eq!(count(RPC_SERVE_SLICE_NAME), WAKES);
+    assert_eq!(count(RPC_WAKE_INSTANT_NAME), WAKES);
+    assert_eq!(count("hsa_queue_write"), WAKES);
+    // Plus the one instant on the `kernels` track that names the kernel.
+    assert_eq!(count("rpc_client"), WAKES + 1);
+    let server_path = format!("thread {SERVER}");
+    for s in p.slices() {
+        let name = s["name"].as_str().unwrap();
+        if [
+            RPC_SLEEP_SLICE_NAME,
+            RPC_SERVE_SLICE_NAME,
+            RPC_WAKE_INSTANT_NAME,
+            "hsa_queue_write",
+        ]
+        .contains(&name)
+        {
+            assert!(p.path_of(s).ends_with(&server_path), "{s}");
+        }
+        // The submission nests inside the serve slice.
+        if name == "hsa_queue_write" {
+            assert_eq!(s["depth"], 1, "{s}");
+        }
+    }
+    let first_wake = p
+        .slices()
+        .iter()
+        .find(|s| s["name"] == RPC_WAKE_INSTANT_NAME)
+        .unwrap();
+    assert_eq!(first_wake["args"]["pending"], 1);
+    assert_eq!(first_wake["args"]["wake_latency_ns"], 1_000);
+    let first_sleep = p
+        .slices()
+        .iter()
+        .find(|s| s["name"] == RPC_SLEEP_SLICE_NAME)
+        .unwrap();
+    assert_eq!(first_sleep["dur"], 10_000);
+    let counter_name = format!("{RPC_COUNTER_TRACK_PREFIX} {DOORBELL:#x}");
+    let (uuid, _) = p
+        .paths
+        .iter()
+        .find(|(_, path)| path.ends_with(&counter_name))
+        .expect("counter track");
+    let values = p.json["counters"][uuid.to_string()].as_array().unwrap();
+    assert_eq!(values.len() as u64, 2 * WAKES);
+    assert_eq!(values[0][1], 1);
+    assert_eq!(values[1][1], 0);
+
+    let csv = std::fs::read_to_string(dir.join("rpc_rpc_trace.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "Thread_Id,Doorbell_Signal,Sleep_Begin_Timestamp,Wake_Timestamp,Serve_End_Timestamp,Sleep_Ns,Serve_Ns,Pending_At_Wake,Pending_At_Serve_End,Timeouts,Ring_Timestamp,Wake_Latency_Ns"
+    );
+    assert_eq!(
+        lines.next().unwrap(),
+        format!(
+            "{SERVER},{DOORBELL:#x},{},{},{},10000,5000,1,0,0,{},1000",
+            BASE_NS,
+            BASE_NS + 10_000,
+            BASE_NS + 15_000,
+            BASE_NS + 9_000
+        )
+    );
+    assert_eq!(
+        lines.next().unwrap(),
+        format!(
+            "{SERVER},{DOORBELL:#x},{},{},{},10000,5000,2,0,1,,",
+            BASE_NS + 20_000,
+            BASE_NS + 30_000,
+            BASE_NS + 35_000
+        )
+    );
+    assert_eq!(csv.lines().count() as u64, WAKES + 1);
+
+    let json: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let wakes = json["rpc_wakes"].as_array().unwrap();
+    assert_eq!(wakes.len() as u64, WAKES);
+    assert_eq!(wakes[0]["serve_ns"], 5_000);
+    assert_eq!(wakes[1]["ring_ns"], Value::Null);
+    assert_eq!(
+        json["kernel_dispatches"].as_array().unwrap().len() as u64,
+        WAKES
+    );
+    assert_eq!(json["metadata"]["rpc_wakes"], WAKES);
+    assert_eq!(json["metadata"]["rpc_unrecognised_waits"], 2);
+    assert!(!dir.join("rpc_results.json.rpc.tmp").exists());
+}

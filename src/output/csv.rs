@@ -1,5 +1,7 @@
 //! `NAME_kernel_trace.csv`: one row per kernel dispatch, with rocprofv3's
-//! column names where they exist, so existing scripts keep working.
+//! column names where they exist, so existing scripts keep working; and,
+//! with `--rpc-trace`, `NAME_rpc_trace.csv`: one row per RPC doorbell wake
+//! (created on the first wake, so runs without RPC traffic get no file).
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -31,10 +33,37 @@ pub const KERNEL_TRACE_COLUMNS: [&str; 18] = [
     "Grid_Size_Z",
 ];
 
-/// Streams kernel dispatches to a CSV file.
+/// The header row of `NAME_rpc_trace.csv`.
+pub const RPC_TRACE_COLUMNS: [&str; 12] = [
+    "Thread_Id",
+    "Doorbell_Signal",
+    "Sleep_Begin_Timestamp",
+    "Wake_Timestamp",
+    "Serve_End_Timestamp",
+    "Sleep_Ns",
+    "Serve_Ns",
+    "Pending_At_Wake",
+    "Pending_At_Serve_End",
+    "Timeouts",
+    "Ring_Timestamp",
+    "Wake_Latency_Ns",
+];
+
+/// Streams kernel dispatches (and RPC wakes) to CSV files.
 #[derive(Debug)]
 pub struct CsvSink {
     out: csv::Writer<BufWriter<File>>,
+    rpc_path: std::path::PathBuf,
+    rpc: Option<csv::Writer<BufWriter<File>>>,
+}
+
+/// `X_kernel_trace.csv` → `X_rpc_trace.csv` (other names get `.rpc.csv`).
+pub fn rpc_trace_path(kernel_trace: &Path) -> std::path::PathBuf {
+    let s = kernel_trace.to_string_lossy();
+    match s.strip_suffix("_kernel_trace.csv") {
+        Some(stem) => format!("{stem}_rpc_trace.csv").into(),
+        None => format!("{s}.rpc.csv").into(),
+    }
 }
 
 fn to_io(e: csv::Error) -> io::Error {
@@ -48,6 +77,8 @@ impl CsvSink {
         let file = BufWriter::with_capacity(1 << 16, File::create(path)?);
         Ok(CsvSink {
             out: csv::Writer::from_writer(file),
+            rpc_path: rpc_trace_path(path),
+            rpc: None,
         })
     }
 }
@@ -86,7 +117,45 @@ impl RecordSink for CsvSink {
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
+    fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
+        if self.rpc.is_none() {
+            let file = BufWriter::new(File::create(&self.rpc_path)?);
+            let mut w = csv::Writer::from_writer(file);
+            w.write_record(RPC_TRACE_COLUMNS).map_err(to_io)?;
+            self.rpc = Some(w);
+        }
+        let Some(w) = self.rpc.as_mut() else {
+            return Ok(());
+        };
+        let mut b = itoa::Buffer::new();
+        let mut field = |w: &mut csv::Writer<_>, v: u64| w.write_field(b.format(v)).map_err(to_io);
+        field(w, u64::from(r.thread_id))?;
+        w.write_field(format!("{:#x}", r.signal)).map_err(to_io)?;
+        field(w, r.sleep_begin_ns)?;
+        field(w, r.wake_ns)?;
+        field(w, r.serve_end_ns)?;
+        field(w, r.sleep_ns())?;
+        field(w, r.serve_ns())?;
+        w.write_field(r.value_at_wake.to_string()).map_err(to_io)?;
+        w.write_field(r.value_at_serve_end.to_string())
+            .map_err(to_io)?;
+        field(w, u64::from(r.timeouts))?;
+        if r.ring_ns != 0 {
+            field(w, r.ring_ns)?;
+        } else {
+            w.write_field("").map_err(to_io)?;
+        }
+        match r.wake_latency_ns() {
+            Some(l) => field(w, l)?,
+            None => w.write_field("").map_err(to_io)?,
+        }
+        w.write_record(None::<&[u8]>).map_err(to_io)
+    }
+
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+        if let Some(w) = self.rpc.as_mut() {
+            w.flush()?;
+        }
         self.out.flush()
     }
 }

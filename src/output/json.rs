@@ -6,8 +6,13 @@
 //! ```text
 //! { "rprof_version": "...", "run": {...}, "agents": [...],
 //!   "kernel_dispatches": [ {...}, ... ],
+//!   "rpc_wakes": [ {...}, ... ],
 //!   "metadata": {...} }
 //! ```
+//!
+//! RPC wakes (`--rpc-trace`) arrive interleaved with dispatches; they are
+//! spooled to a temporary file next to the output and copied in at the end,
+//! so memory stays bounded.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -24,6 +29,24 @@ use crate::sink::{KernelInfo, RecordSink};
 pub struct JsonSink {
     out: BufWriter<File>,
     first: bool,
+    spool_path: std::path::PathBuf,
+    spool: Option<BufWriter<File>>,
+}
+
+#[derive(Serialize)]
+struct JsonRpcWake {
+    thread_id: u32,
+    signal: u64,
+    sleep_begin_ns: u64,
+    wake_ns: u64,
+    serve_end_ns: u64,
+    sleep_ns: u64,
+    serve_ns: u64,
+    pending_at_wake: i64,
+    pending_at_serve_end: i64,
+    timeouts: u32,
+    ring_ns: Option<u64>,
+    wake_latency_ns: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -72,6 +95,8 @@ struct JsonMeta {
     start_clamped: u64,
     end_clamped: u64,
     records_lost: u64,
+    rpc_wakes: u64,
+    rpc_unrecognised_waits: u64,
     end_ns: u64,
 }
 
@@ -83,9 +108,13 @@ impl JsonSink {
     /// Creates (truncates) the file and its directory.
     pub fn create(path: &Path) -> io::Result<Self> {
         ensure_parent(path)?;
+        let mut spool_path = path.as_os_str().to_owned();
+        spool_path.push(".rpc.tmp");
         Ok(JsonSink {
             out: BufWriter::with_capacity(1 << 16, File::create(path)?),
             first: true,
+            spool_path: spool_path.into(),
+            spool: None,
         })
     }
 }
@@ -159,7 +188,45 @@ impl RecordSink for JsonSink {
         )
     }
 
+    fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
+        let first = self.spool.is_none();
+        if first {
+            self.spool = Some(BufWriter::new(File::create(&self.spool_path)?));
+        }
+        let Some(w) = self.spool.as_mut() else {
+            return Ok(());
+        };
+        if !first {
+            w.write_all(b",\n")?;
+        }
+        ser(
+            w,
+            &JsonRpcWake {
+                thread_id: r.thread_id,
+                signal: r.signal,
+                sleep_begin_ns: r.sleep_begin_ns,
+                wake_ns: r.wake_ns,
+                serve_end_ns: r.serve_end_ns,
+                sleep_ns: r.sleep_ns(),
+                serve_ns: r.serve_ns(),
+                pending_at_wake: r.value_at_wake,
+                pending_at_serve_end: r.value_at_serve_end,
+                timeouts: r.timeouts,
+                ring_ns: (r.ring_ns != 0).then_some(r.ring_ns),
+                wake_latency_ns: r.wake_latency_ns(),
+            },
+        )
+    }
+
     fn finish(&mut self, m: &RunMetadata) -> io::Result<()> {
+        self.out.write_all(b"\n],\"rpc_wakes\":[\n")?;
+        if let Some(mut spool) = self.spool.take() {
+            spool.flush()?;
+            drop(spool);
+            let mut f = File::open(&self.spool_path)?;
+            io::copy(&mut f, &mut self.out)?;
+            let _ = std::fs::remove_file(&self.spool_path);
+        }
         self.out.write_all(b"\n],\"metadata\":")?;
         ser(
             &mut self.out,
@@ -169,6 +236,8 @@ impl RecordSink for JsonSink {
                 start_clamped: m.start_clamped,
                 end_clamped: m.end_clamped,
                 records_lost: m.records_lost,
+                rpc_wakes: m.rpc_wakes,
+                rpc_unrecognised_waits: m.rpc_unrecognised_waits,
                 end_ns: m.end_ns,
             },
         )?;

@@ -6,6 +6,8 @@
 //!   <process name>                          thread track of the main thread (tid = pid)
 //!   thread <tid>                            thread track of every other interceptor thread
 //!     hsa_queue_write                       one slice per InterceptRecord, flow to each kernel
+//!     sleep / serve, instant wake           RPC server threads (--rpc-trace): one of each per doorbell wake
+//!   pending doorbell rings <signal>         counter track per doorbell: value at wake and at serve end
 //! GPU <index> (<agent name>)                custom track per agent
 //!   queue <queue_id>                        custom track per queue
 //!     queue <queue_id>  (lane 0, 1, ...)    child tracks; kernel slices live here
@@ -30,13 +32,35 @@ use std::io;
 use std::path::Path;
 
 use rprof_perfetto::{
-    AnnotationNameId, Arg, ArgValue, ChildTracksOrdering, ClockReadings, CustomTrack, EventNameId,
-    ProcessTrack, SiblingMergeBehavior, Slice, StringValueId, ThreadTrack, TraceWriter,
+    AnnotationNameId, Arg, ArgValue, ChildTracksOrdering, ClockReadings, CounterTrack, CounterUnit,
+    CounterValue, CustomTrack, EventNameId, ProcessTrack, SiblingMergeBehavior, Slice,
+    StringValueId, ThreadTrack, TraceWriter,
 };
 
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::rpc::RpcWakeRecord;
 use crate::sink::{KernelInfo, RecordSink};
+
+/// Name of the slice an RPC server thread spends asleep on its doorbell.
+pub const RPC_SLEEP_SLICE_NAME: &str = "sleep";
+/// Name of the slice from a doorbell wake to the server's next wait.
+pub const RPC_SERVE_SLICE_NAME: &str = "serve";
+/// Name of the instant at a doorbell wake (arg `pending`: value seen).
+pub const RPC_WAKE_INSTANT_NAME: &str = "wake";
+/// Prefix of the counter track of pending doorbell rings, one per doorbell.
+pub const RPC_COUNTER_TRACK_PREFIX: &str = "pending doorbell rings";
+
+/// Interned names of the RPC view, made on the first wake.
+#[derive(Debug, Clone, Copy)]
+struct RpcNames {
+    sleep: EventNameId,
+    serve: EventNameId,
+    wake: EventNameId,
+    pending: AnnotationNameId,
+    timeouts: AnnotationNameId,
+    wake_latency_ns: AnnotationNameId,
+}
 
 /// Name of the slice drawn for each [`InterceptRecord`].
 pub const INTERCEPT_SLICE_NAME: &str = "hsa_queue_write";
@@ -230,6 +254,9 @@ struct Started {
     flow_ids: Vec<u64>,
     launches: LaunchTable,
     last_ts: u64,
+    rpc_names: Option<RpcNames>,
+    /// Doorbell signal -> its counter track.
+    rpc_counters: HashMap<u64, u64>,
 }
 
 #[derive(Debug)]
@@ -315,6 +342,39 @@ impl Started {
             timestamp_ns: first_ts.min(self.run.start_ns),
         })?;
         self.threads.insert(tid, uuid);
+        Ok(uuid)
+    }
+
+    fn rpc_names(&mut self) -> RpcNames {
+        if let Some(n) = self.rpc_names {
+            return n;
+        }
+        let w = &mut self.writer;
+        let n = RpcNames {
+            sleep: w.intern_event_name(RPC_SLEEP_SLICE_NAME),
+            serve: w.intern_event_name(RPC_SERVE_SLICE_NAME),
+            wake: w.intern_event_name(RPC_WAKE_INSTANT_NAME),
+            pending: w.intern_annotation_name("pending"),
+            timeouts: w.intern_annotation_name("timeouts"),
+            wake_latency_ns: w.intern_annotation_name("wake_latency_ns"),
+        };
+        self.rpc_names = Some(n);
+        n
+    }
+
+    fn rpc_counter(&mut self, signal: u64) -> io::Result<u64> {
+        if let Some(&uuid) = self.rpc_counters.get(&signal) {
+            return Ok(uuid);
+        }
+        let uuid = self.new_uuid();
+        let name = format!("{RPC_COUNTER_TRACK_PREFIX} {signal:#x}");
+        self.writer.write_counter_track(&CounterTrack {
+            uuid,
+            parent_uuid: Some(PROCESS_TRACK_UUID),
+            name: &name,
+            unit: Some(CounterUnit::Count),
+        })?;
+        self.rpc_counters.insert(signal, uuid);
         Ok(uuid)
     }
 
@@ -464,6 +524,8 @@ impl RecordSink for PerfettoSink {
             flow_ids: Vec::new(),
             launches: LaunchTable::default(),
             last_ts: run.start_ns,
+            rpc_names: None,
+            rpc_counters: HashMap::new(),
         }));
         Ok(())
     }
@@ -579,6 +641,45 @@ impl RecordSink for PerfettoSink {
         }
     }
 
+    fn rpc_wake(&mut self, r: &RpcWakeRecord) -> io::Result<()> {
+        let s = self.started()?;
+        let track = s.thread_track(r.thread_id, r.sleep_begin_ns)?;
+        let n = s.rpc_names();
+        let timeouts = [Arg {
+            name: n.timeouts,
+            value: ArgValue::Uint(u64::from(r.timeouts)),
+        }];
+        s.writer.write_slice(&Slice {
+            args: if r.timeouts > 0 { &timeouts } else { &[] },
+            ..Slice::new(track, r.sleep_begin_ns, r.wake_ns, n.sleep)
+        })?;
+        s.writer
+            .write_slice(&Slice::new(track, r.wake_ns, r.serve_end_ns, n.serve))?;
+        let wake_args = [
+            Arg {
+                name: n.pending,
+                value: ArgValue::Int(r.value_at_wake),
+            },
+            Arg {
+                name: n.wake_latency_ns,
+                value: ArgValue::Uint(r.wake_latency_ns().unwrap_or(0)),
+            },
+        ];
+        let known = if r.wake_latency_ns().is_some() { 2 } else { 1 };
+        s.writer
+            .write_instant(track, r.wake_ns, n.wake, &wake_args[..known])?;
+        let counter = s.rpc_counter(r.signal)?;
+        s.writer
+            .write_counter(counter, r.wake_ns, CounterValue::Int(r.value_at_wake))?;
+        s.writer.write_counter(
+            counter,
+            r.serve_end_ns,
+            CounterValue::Int(r.value_at_serve_end),
+        )?;
+        s.last_ts = s.last_ts.max(r.serve_end_ns);
+        Ok(())
+    }
+
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
         let mut s = match std::mem::replace(&mut self.state, State::Finished) {
             State::Started(s) => s,
@@ -597,6 +698,8 @@ impl RecordSink for PerfettoSink {
             n("start_clamped"),
             n("end_clamped"),
             n("records_lost"),
+            n("rpc_wakes"),
+            n("rpc_unrecognised_waits"),
             n("start_ns"),
             n("end_ns"),
             n("hostname"),
@@ -607,6 +710,8 @@ impl RecordSink for PerfettoSink {
             meta.start_clamped,
             meta.end_clamped,
             meta.records_lost,
+            meta.rpc_wakes,
+            meta.rpc_unrecognised_waits,
             s.run.start_ns,
             meta.end_ns,
         ];

@@ -33,6 +33,7 @@ pub struct StatsSink {
     path: Option<PathBuf>,
     print: bool,
     by_kernel: HashMap<u64, KernelStats>,
+    rpc: Option<crate::rpc::RpcStats>,
 }
 
 impl StatsSink {
@@ -43,6 +44,7 @@ impl StatsSink {
             path,
             print,
             by_kernel: HashMap::new(),
+            rpc: None,
         }
     }
 
@@ -75,6 +77,28 @@ impl StatsSink {
             ));
         }
         s
+    }
+
+    /// The RPC doorbell summary, if any wake was seen.
+    pub fn rpc_summary(&self) -> Option<crate::rpc::RpcSummary> {
+        self.rpc.as_ref().map(crate::rpc::RpcStats::summary)
+    }
+
+    /// The RPC summary as printed on stderr.
+    pub fn rpc_text(&self) -> Option<String> {
+        let m = self.rpc_summary()?;
+        let latency = m.wake_latency_p50_ns.map_or_else(
+            || "unknown".to_string(),
+            |l| format!("{:.1} us", l as f64 / 1e3),
+        );
+        Some(format!(
+            "rprof RPC doorbell: {} wakes, serve p50 {:.1} us, p99 {:.1} us, server busy {:.1}%, ring-to-wake p50 {}\n",
+            m.wakes,
+            m.serve_p50_ns as f64 / 1e3,
+            m.serve_p99_ns as f64 / 1e3,
+            m.busy_share * 100.0,
+            latency
+        ))
     }
 
     /// Renders the human table printed on stderr.
@@ -152,13 +176,39 @@ impl RecordSink for StatsSink {
         Ok(())
     }
 
+    fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
+        self.rpc.get_or_insert_with(Default::default).add(r);
+        Ok(())
+    }
+
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
         if self.print {
             let _ = io::stderr().write_all(self.to_table().as_bytes());
+            if let Some(t) = self.rpc_text() {
+                let _ = io::stderr().write_all(t.as_bytes());
+            }
         }
         if let Some(p) = &self.path {
             ensure_parent(p)?;
             std::fs::write(p, self.to_csv())?;
+            if let Some(m) = self.rpc_summary() {
+                let s = p.to_string_lossy();
+                let rpc_path = match s.strip_suffix("_kernel_stats.csv") {
+                    Some(stem) => format!("{stem}_rpc_stats.csv"),
+                    None => format!("{s}.rpc.csv"),
+                };
+                std::fs::write(
+                    rpc_path,
+                    format!(
+                        "\"Wakes\",\"ServeP50Ns\",\"ServeP99Ns\",\"BusyShare\",\"WakeLatencyP50Ns\"\n{},{},{},{:.6},{}\n",
+                        m.wakes,
+                        m.serve_p50_ns,
+                        m.serve_p99_ns,
+                        m.busy_share,
+                        m.wake_latency_p50_ns.map(|l| l.to_string()).unwrap_or_default()
+                    ),
+                )?;
+            }
         }
         Ok(())
     }
