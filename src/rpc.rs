@@ -115,6 +115,14 @@ pub struct DoorbellTracker {
 }
 
 impl DoorbellTracker {
+    /// A thread that is neither asleep nor serving.
+    pub const fn new() -> Self {
+        DoorbellTracker {
+            serving: None,
+            sleeping: None,
+        }
+    }
+
     /// A wait on `signal` begins at `now`, the signal holding `value`.
     /// Returns the record whose serve this ends, if any.
     pub fn wait_enter(&mut self, signal: u64, now: u64, value: i64) -> Option<RpcWakeRecord> {

@@ -40,10 +40,11 @@ int rprof_emu_signal_add(uint64_t signal, int64_t delta);
 /* Only the interrupt part (mailbox store + event fire), without changing the value. Returns 0 or -1. */
 int rprof_emu_signal_interrupt(uint64_t signal);
 
-/* CLOCK_BOOTTIME ns at which the device last raised the interrupt of `signal` (rprof_emu_signal_add /
- * rprof_emu_signal_interrupt, or a packet completing it), or 0 if never / the signal has no event. Real hardware
- * reports no such time; tracers use it as the ring time of an RPC doorbell on the emulated GPU. */
-uint64_t rprof_emu_signal_last_interrupt_ns(uint64_t signal);
+/* CLOCK_BOOTTIME ns of the latest interrupt the device raised on `signal` at or before `t_ns`, among the last 8
+ * (rprof_emu_signal_add / rprof_emu_signal_interrupt, or a packet completing it), or 0 if none / the signal has no
+ * event. Real hardware reports no such time; tracers use it as the ring time of an RPC doorbell on the emulated
+ * GPU. */
+uint64_t rprof_emu_signal_interrupt_before(uint64_t signal, uint64_t t_ns);
 
 /* Symbol name (without ".kd") of the kernel at `kernel_object`, resolved from the loaded code object. Writes a
  * NUL-terminated, possibly truncated copy into buf[len]; returns the full length or -1 if unknown. */

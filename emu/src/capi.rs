@@ -21,7 +21,7 @@ std::arch::global_asm!(
     ".symver rprof_emu_signal_interrupt, rprof_emu_signal_interrupt@@@HSAKMT_1",
     ".symver rprof_emu_kernel_name, rprof_emu_kernel_name@@@HSAKMT_1",
     ".symver rprof_emu_get_stats, rprof_emu_get_stats@@@HSAKMT_1",
-    ".symver rprof_emu_signal_last_interrupt_ns, rprof_emu_signal_last_interrupt_ns@@@HSAKMT_1",
+    ".symver rprof_emu_signal_interrupt_before, rprof_emu_signal_interrupt_before@@@HSAKMT_1",
 );
 
 fn guard(f: impl FnOnce() -> c_int) -> c_int {
@@ -143,16 +143,16 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt(signal_handle: u64) -> c_int
     })
 }
 
-/// `CLOCK_BOOTTIME` ns at which the device last raised the interrupt of this
-/// signal (what [`rprof_emu_signal_add`] / [`rprof_emu_signal_interrupt`] and
-/// completing packets do), or 0 if never or if the signal has no event.
-/// Tracers use it as the ring time of an RPC doorbell, which real hardware
-/// does not report.
+/// `CLOCK_BOOTTIME` ns of the latest interrupt the device raised on this
+/// signal at or before `t_ns` (among the last few; what
+/// [`rprof_emu_signal_add`] / [`rprof_emu_signal_interrupt`] and completing
+/// packets do), or 0 if none or if the signal has no event. Tracers use it
+/// as the ring time of an RPC doorbell, which real hardware does not report.
 ///
 /// # Safety
 /// `signal_handle` must be the handle of a live ROCr signal.
 #[no_mangle]
-pub unsafe extern "C" fn rprof_emu_signal_last_interrupt_ns(signal_handle: u64) -> u64 {
+pub unsafe extern "C" fn rprof_emu_signal_interrupt_before(signal_handle: u64, t_ns: u64) -> u64 {
     catch_unwind(AssertUnwindSafe(|| {
         let Ok(e) = emulator() else { return 0 };
         if signal_handle == 0 {
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn rprof_emu_signal_last_interrupt_ns(signal_handle: u64) 
         };
         e.events
             .id_of_mailbox(mailbox)
-            .map_or(0, |slot| e.events.last_interrupt_ns(slot))
+            .map_or(0, |slot| e.events.interrupt_before(slot, t_ns))
     }))
     .unwrap_or(0)
 }

@@ -56,11 +56,16 @@ pub struct EventTable {
     table: Mutex<Table>,
     wake: Condvar,
     mailboxes: Box<[std::sync::atomic::AtomicU64]>,
-    /// `CLOCK_BOOTTIME` ns of the last interrupt raised on each signal
-    /// event's mailbox slot (0 = never): what the device knows of a ring and
-    /// real hardware does not report.
-    interrupts: Box<[std::sync::atomic::AtomicU64]>,
+    /// `CLOCK_BOOTTIME` ns of the last [`INTERRUPT_HISTORY`] interrupts
+    /// raised on each signal event's mailbox slot (0 = none), written round
+    /// robin by `interrupt_count`: what the device knows of a ring and real
+    /// hardware does not report.
+    interrupts: Box<[[std::sync::atomic::AtomicU64; INTERRUPT_HISTORY]]>,
+    interrupt_count: Box<[std::sync::atomic::AtomicU32]>,
 }
+
+/// Interrupt times remembered per signal event.
+pub const INTERRUPT_HISTORY: usize = 8;
 
 impl Default for EventTable {
     fn default() -> Self {
@@ -83,7 +88,10 @@ impl EventTable {
             wake: Condvar::new(),
             mailboxes,
             interrupts: (0..=MAX_SIGNAL_EVENTS as usize)
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .map(|_| std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)))
+                .collect(),
+            interrupt_count: (0..=MAX_SIGNAL_EVENTS as usize)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
         }
     }
@@ -250,17 +258,27 @@ impl EventTable {
     /// Records that the device raised the interrupt of mailbox slot `slot`
     /// at `ns`.
     pub fn note_interrupt(&self, slot: u32, ns: u64) {
-        if let Some(a) = self.interrupts.get(slot as usize) {
-            a.store(ns, std::sync::atomic::Ordering::Release);
-        }
+        let (Some(history), Some(count)) = (
+            self.interrupts.get(slot as usize),
+            self.interrupt_count.get(slot as usize),
+        ) else {
+            return;
+        };
+        let i =
+            count.fetch_add(1, std::sync::atomic::Ordering::AcqRel) as usize % INTERRUPT_HISTORY;
+        history[i].store(ns, std::sync::atomic::Ordering::Release);
     }
 
-    /// When the device last raised the interrupt of mailbox slot `slot`
-    /// (0 = never or unknown slot).
-    pub fn last_interrupt_ns(&self, slot: u32) -> u64 {
-        self.interrupts
-            .get(slot as usize)
-            .map_or(0, |a| a.load(std::sync::atomic::Ordering::Acquire))
+    /// The latest interrupt of mailbox slot `slot` at or before `t_ns`
+    /// among the last [`INTERRUPT_HISTORY`] (0 = none or unknown slot).
+    pub fn interrupt_before(&self, slot: u32, t_ns: u64) -> u64 {
+        self.interrupts.get(slot as usize).map_or(0, |h| {
+            h.iter()
+                .map(|a| a.load(std::sync::atomic::Ordering::Acquire))
+                .filter(|&ns| ns <= t_ns)
+                .max()
+                .unwrap_or(0)
+        })
     }
 
     /// Number of live events and the number of fires so far.
@@ -274,6 +292,25 @@ impl EventTable {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn interrupt_history_answers_the_latest_before_a_time() {
+        let t = EventTable::new();
+        assert_eq!(t.interrupt_before(3, u64::MAX), 0);
+        for ns in [100, 200, 300] {
+            t.note_interrupt(3, ns);
+        }
+        assert_eq!(t.interrupt_before(3, 250), 200);
+        assert_eq!(t.interrupt_before(3, u64::MAX), 300);
+        assert_eq!(t.interrupt_before(3, 99), 0);
+        for ns in 1..=INTERRUPT_HISTORY as u64 {
+            t.note_interrupt(3, 1000 + ns);
+        }
+        // 100..300 fell out of the history.
+        assert_eq!(t.interrupt_before(3, 999), 0);
+        assert_eq!(t.interrupt_before(4, u64::MAX), 0);
+        assert_eq!(t.interrupt_before(u32::MAX, u64::MAX), 0);
+    }
 
     #[test]
     fn auto_reset_state_persists_until_a_wait_consumes_it() {

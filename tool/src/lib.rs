@@ -30,6 +30,7 @@
 
 mod outputs;
 pub mod preload;
+mod rpc_wait;
 pub mod runtime;
 mod session;
 pub mod signals;

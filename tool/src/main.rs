@@ -207,6 +207,15 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
     if cfg.stats {
         wanted.push(cfg.output_path("_kernel_stats.csv"));
     }
+    if cfg.rpc_trace {
+        // Written on the first doorbell wake only.
+        if cfg.formats.csv {
+            wanted.push(cfg.output_path("_rpc_trace.csv"));
+        }
+        if cfg.stats {
+            wanted.push(cfg.output_path("_rpc_stats.csv"));
+        }
+    }
     let mut any = false;
     for p in wanted {
         if p.exists() {

@@ -116,7 +116,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         return true;
     }
     let config = match TraceConfig::from_env() {
-        Ok(Some(c)) if c.kernel_trace => c,
+        Ok(Some(c)) if c.kernel_trace || c.rpc_trace => c,
         Ok(_) => return true,
         Err(e) => {
             eprintln!("rprof: configuration error: {e}; the application runs untraced");
@@ -213,9 +213,14 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         edit_core_table(table, |core| {
             core.hsa_init_fn = Some(hook_init);
             core.hsa_shut_down_fn = Some(hook_shut_down);
-            core.hsa_queue_create_fn = Some(hook_queue_create);
-            core.hsa_queue_destroy_fn = Some(hook_queue_destroy);
-            core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
+            if config.kernel_trace {
+                core.hsa_queue_create_fn = Some(hook_queue_create);
+                core.hsa_queue_destroy_fn = Some(hook_queue_destroy);
+                core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
+            }
+            if config.rpc_trace {
+                crate::rpc_wait::install(core, session.engine.clone());
+            }
         })
     };
     // SAFETY: registering a plain extern "C" function with the C library

@@ -1,0 +1,345 @@
+//! `rprof --rpc-trace` on the `rpc-doorbell` workload over the emulated GPU:
+//! the wakes in the trace are exactly the wakes the workload counted itself,
+//! every output agrees, the Perfetto trace validates, nothing is lost under
+//! load, and a doorbell without an event (the 4096-event budget exhausted)
+//! is reported, not traced wrongly and not crashed on.
+//!
+//! Needs `cargo build --workspace` first (the `rprof` binary, the tool
+//! library and the emulator in `<target>/debug`), `g++`, `clang-15`, and the
+//! Python `perfetto` package for the checker.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => repo().join(d),
+        None => repo().join("target"),
+    }
+}
+
+/// The workload, built once per test binary.
+fn workload() -> &'static PathBuf {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        let out = target_dir().join("workloads");
+        let build = Command::new("bash")
+            .arg(repo().join("scripts/build-workloads.sh"))
+            .arg(&out)
+            .output()
+            .expect("bash runs scripts/build-workloads.sh");
+        assert!(
+            build.status.success(),
+            "scripts/build-workloads.sh failed:\n{}{}",
+            String::from_utf8_lossy(&build.stdout),
+            String::from_utf8_lossy(&build.stderr)
+        );
+        out.join("rpc-doorbell")
+    })
+}
+
+struct Traced {
+    /// `RPC key=value` facts the workload printed.
+    facts: HashMap<String, String>,
+    dir: PathBuf,
+    stderr: String,
+}
+
+impl Traced {
+    fn fact(&self, key: &str) -> u64 {
+        self.facts
+            .get(key)
+            .unwrap_or_else(|| panic!("workload did not print {key}: {:?}", self.facts))
+            .parse()
+            .unwrap()
+    }
+    fn path(&self, suffix: &str) -> PathBuf {
+        self.dir.join(format!("rpc{suffix}"))
+    }
+}
+
+fn run(label: &str, args: &[&str]) -> Traced {
+    let rprof = target_dir().join("debug/rprof");
+    assert!(
+        rprof.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        rprof.display()
+    );
+    let dir = target_dir().join("rpc-trace-tests").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&rprof)
+        .args([
+            "--rpc-trace",
+            "--kernel-trace",
+            "--stats",
+            "--device",
+            "emulated",
+        ])
+        .args(["--output-format", "pftrace,csv,json", "-o", "rpc", "-d"])
+        .arg(&dir)
+        .arg("--")
+        .arg(workload())
+        .args(args)
+        .output()
+        .expect("run rprof");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{label}: status {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let mut facts = HashMap::new();
+    for line in stdout.lines().filter_map(|l| l.strip_prefix("RPC ")) {
+        for kv in line.split_whitespace() {
+            if let Some((k, v)) = kv.split_once('=') {
+                facts.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    Traced { facts, dir, stderr }
+}
+
+fn rpc_rows(t: &Traced) -> Vec<HashMap<String, String>> {
+    let mut r = csv::Reader::from_path(t.path("_rpc_trace.csv")).expect("rpc trace csv");
+    let headers = r.headers().unwrap().clone();
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+fn json(t: &Traced) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(t.path("_results.json")).unwrap()).unwrap()
+}
+
+/// Runs the checker and counts slices by name.
+fn checked_slices(t: &Traced) -> HashMap<String, u64> {
+    let trace = t.path(".pftrace");
+    let json_out = t.path(".check.json");
+    let out = Command::new("python3")
+        .arg(repo().join("tests/tools/pftrace_check.py"))
+        .arg(&trace)
+        .arg("--json")
+        .arg(&json_out)
+        .output()
+        .expect("python3 runs pftrace_check.py (pip install perfetto protobuf)");
+    assert!(
+        out.status.success(),
+        "pftrace_check.py failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json_out).unwrap()).unwrap();
+    let mut counts = HashMap::new();
+    for s in v["slices"].as_array().unwrap() {
+        *counts
+            .entry(s["name"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Every output agrees with the workload's own counts.
+fn assert_wakes_match(t: &Traced) {
+    let wakes = t.fact("wakes") + t.fact("shutdown_wakes");
+    let rows = rpc_rows(t);
+    assert_eq!(rows.len() as u64, wakes, "{:?}\n{}", t.facts, t.stderr);
+    let server: u64 = t.fact("tid");
+    for r in &rows {
+        assert_eq!(r["Thread_Id"].parse::<u64>().unwrap(), server);
+        let (b, w, e): (u64, u64, u64) = (
+            r["Sleep_Begin_Timestamp"].parse().unwrap(),
+            r["Wake_Timestamp"].parse().unwrap(),
+            r["Serve_End_Timestamp"].parse().unwrap(),
+        );
+        assert!(b <= w && w <= e, "{r:?}");
+        assert_ne!(r["Pending_At_Wake"], "0", "{r:?}");
+    }
+    let timeouts: u64 = rows
+        .iter()
+        .map(|r| r["Timeouts"].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(timeouts, t.fact("timeouts"));
+    // Consecutive wakes of the one server thread do not overlap.
+    for pair in rows.windows(2) {
+        let end: u64 = pair[0]["Serve_End_Timestamp"].parse().unwrap();
+        let next: u64 = pair[1]["Sleep_Begin_Timestamp"].parse().unwrap();
+        assert!(end <= next, "{pair:?}");
+    }
+    let j = json(t);
+    assert_eq!(j["rpc_wakes"].as_array().unwrap().len() as u64, wakes);
+    assert_eq!(j["metadata"]["rpc_wakes"], wakes);
+    assert_eq!(j["metadata"]["rpc_unrecognised_waits"], 0);
+    assert_eq!(j["metadata"]["dispatches"], t.fact("kernels"));
+    let slices = checked_slices(t);
+    assert_eq!(slices.get("sleep").copied(), Some(wakes));
+    assert_eq!(slices.get("serve").copied(), Some(wakes));
+    assert_eq!(slices.get("wake").copied(), Some(wakes));
+    // `--stats` summary on stderr and in its file.
+    assert!(
+        t.stderr
+            .contains(&format!("rprof RPC doorbell: {wakes} wakes")),
+        "{}",
+        t.stderr
+    );
+    let stats = std::fs::read_to_string(t.path("_rpc_stats.csv")).unwrap();
+    assert!(
+        stats
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("{wakes},")),
+        "{stats}"
+    );
+}
+
+#[test]
+fn wakes_match_the_workload_with_a_ring_per_kernel() {
+    let t = run(
+        "drain",
+        &[
+            "--kernels",
+            "16",
+            "--lanes",
+            "8",
+            "--calls",
+            "4",
+            "--drain-between",
+            "--wait-timeout-ms",
+            "0",
+        ],
+    );
+    assert_wakes_match(&t);
+    assert_eq!(t.fact("calls"), 16 * 8 * 4);
+    // A ring is attributed to at most one wake. A wake that ROCr's wait saw
+    // while still spinning can precede the emulator's note of the interrupt
+    // (the device adds to the value first), so it may have no latency.
+    let with_latency = rpc_rows(&t)
+        .iter()
+        .filter(|r| !r["Wake_Latency_Ns"].is_empty())
+        .count() as u64;
+    assert!(
+        with_latency <= t.fact("rings") && with_latency > 0,
+        "{with_latency} {:?}",
+        t.facts
+    );
+}
+
+#[test]
+fn every_ring_that_woke_a_sleeping_server_has_its_latency() {
+    // Kernels 3 ms apart: the server is asleep in the driver when each one
+    // rings, so the interrupt wakes it and the ring time is known.
+    let t = run(
+        "sleeping",
+        &[
+            "--kernels",
+            "8",
+            "--lanes",
+            "4",
+            "--calls",
+            "2",
+            "--drain-between",
+            "--launch-gap-us",
+            "3000",
+            "--wait-timeout-ms",
+            "0",
+        ],
+    );
+    assert_wakes_match(&t);
+    let rows = rpc_rows(&t);
+    let with_latency = rows
+        .iter()
+        .filter(|r| !r["Wake_Latency_Ns"].is_empty())
+        .count() as u64;
+    assert_eq!(with_latency, t.fact("rings"), "{rows:?}");
+    for r in rows.iter().filter(|r| !r["Wake_Latency_Ns"].is_empty()) {
+        let ring: u64 = r["Ring_Timestamp"].parse().unwrap();
+        let wake: u64 = r["Wake_Timestamp"].parse().unwrap();
+        assert!(
+            ring <= wake && r["Wake_Latency_Ns"].parse::<u64>().unwrap() == wake - ring,
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn timeouts_extend_sleeps() {
+    let t = run(
+        "timeouts",
+        &[
+            "--kernels",
+            "4",
+            "--launch-gap-us",
+            "30000",
+            "--wait-timeout-ms",
+            "5",
+        ],
+    );
+    assert_wakes_match(&t);
+    assert!(t.fact("timeouts") > 0, "{:?}", t.facts);
+}
+
+#[test]
+fn no_lost_wakeup_under_load() {
+    let t = run(
+        "load",
+        &[
+            "--kernels",
+            "32",
+            "--lanes",
+            "16",
+            "--calls",
+            "8",
+            "--queues",
+            "4",
+            "--slow-us",
+            "0",
+            "--wait-timeout-ms",
+            "0",
+        ],
+    );
+    assert_eq!(t.fact("calls"), 32 * 16 * 8);
+    assert_eq!(t.fact("served"), 32 * 16 * 8);
+    assert_wakes_match(&t);
+}
+
+#[test]
+fn doorbell_without_event_is_reported_not_traced() {
+    let t = run(
+        "exhausted",
+        &[
+            "--kernels",
+            "4",
+            "--exhaust-events",
+            "--wait-timeout-ms",
+            "5",
+        ],
+    );
+    assert_eq!(t.facts["doorbell_event"], "0");
+    let j = json(&t);
+    assert_eq!(j["metadata"]["rpc_wakes"], 0);
+    assert_eq!(j["rpc_wakes"].as_array().unwrap().len(), 0);
+    // Every wait of the server had the doorbell shape on an event-less signal.
+    assert_eq!(
+        j["metadata"]["rpc_unrecognised_waits"],
+        t.fact("wakes") + t.fact("timeouts") + t.fact("shutdown_wakes")
+    );
+    assert!(!t.path("_rpc_trace.csv").exists());
+    assert_eq!(j["metadata"]["dispatches"], t.fact("kernels"));
+}
