@@ -724,7 +724,7 @@ impl RecordSink for PerfettoSink {
             })
             .collect();
         args.push(Arg {
-            name: keys[7],
+            name: keys[keys.len() - 1],
             value: ArgValue::Str(&s.run.hostname),
         });
         s.writer
