@@ -396,3 +396,43 @@ fn serialize_kernels_exit_mid_run() {
     assert_eq!(rows.len(), 500);
     assert_eq!(overlaps(&rows), 0);
 }
+
+#[test]
+fn host_forwarding_completes_app_signals() {
+    for (label, args) in [
+        ("host-forward-threads", &["threads", "3", "60"][..]),
+        ("host-forward-latency", &["latency", "100"][..]),
+        ("host-forward-pairs", &["pairs", "100"][..]),
+    ] {
+        let run = run_traced(
+            label,
+            args,
+            Load::ToolsLib,
+            &[("RPROF_FORWARD_APP_SIGNAL", "host")],
+        );
+        let rows = assert_complete_trace(&run);
+        assert_eq!(rows.len() as u64, run.launched().1, "{label}");
+    }
+}
+
+#[test]
+fn barrier_forwarding_keeps_a_signalled_kernel_from_overlapping_the_next_packet() {
+    let run = run_traced(
+        "barrier-pairs",
+        &["pairs", "100"],
+        Load::ToolsLib,
+        &[LONG_KERNELS],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 200);
+    // Pairs (signalled kernel, then another) never overlap each other; a pair's
+    // second kernel may overlap the next pair's first.
+    let mut by_id: Vec<&Row> = rows.iter().collect();
+    by_id.sort_by_key(|r| r.dispatch_id);
+    for pair in by_id.chunks(2) {
+        assert!(
+            pair[0].end <= pair[1].start,
+            "signalled kernel overlapped the next one: {pair:?}"
+        );
+    }
+}

@@ -15,7 +15,8 @@ use crate::record::Record;
 const PARK_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Idle passes spent yielding (not sleeping) while serialized dispatches
-/// wait for a grant, before short naps.
+/// wait for a grant (or the app for a host-forwarded signal), before short
+/// naps.
 const SERIAL_YIELD_ROUNDS: u32 = 32;
 /// Nap while serialized dispatches wait and nothing changes.
 const SERIAL_NAP: Duration = Duration::from_micros(20);
@@ -111,10 +112,15 @@ impl<S: DispatchSignal> Engine<S> {
             // destroyed queue that did not finish never will.
             let mut done = 0;
             let mut dropped = 0;
+            // Someone waits for this thread: a serialized dispatch for its
+            // grant, or the app for a signal forwarded by the host.
+            let mut latency_bound = false;
             for i in 0..tracked.len() {
                 if backend.signal_value(tracked[i].signal.handle()) <= 0 {
                     tracked.swap(i, done);
                     done += 1;
+                } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
+                    latency_bound = true;
                 }
             }
             if done > 0 {
@@ -140,8 +146,7 @@ impl<S: DispatchSignal> Engine<S> {
             if done > 0 || dropped > 0 || serial_changed {
                 sleep = min_sleep;
                 serial_idle = 0;
-                if self.options.serialize && !tracked.is_empty() {
-                    // The next serialized kernel waits for this thread.
+                if latency_bound {
                     continue;
                 }
                 // An interceptor waits for ring space or signals: look again
@@ -183,8 +188,9 @@ impl<S: DispatchSignal> Engine<S> {
                             || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
                     });
                 sleep = min_sleep;
-            } else if self.options.serialize {
-                // Gaps between serialized kernels are this thread's latency.
+            } else if latency_bound {
+                // Gaps between serialized kernels, and the app's view of a
+                // host-forwarded signal, are this thread's latency.
                 serial_idle += 1;
                 if serial_idle < SERIAL_YIELD_ROUNDS {
                     std::thread::yield_now();
@@ -218,8 +224,12 @@ impl<S: DispatchSignal> Engine<S> {
             queue,
             signal,
             serial,
+            host_forward,
             ..
         } = entry;
+        if host_forward != 0 {
+            backend.forward(host_forward);
+        }
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).

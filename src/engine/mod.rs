@@ -82,6 +82,9 @@ pub trait CompletionBackend: Send + Sync {
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)>;
     /// Stores 0 into a serialization gate signal (release).
     fn open_gate(&self, signal: u64);
+    /// Decrements an application's completion signal by 1 (release), as the
+    /// packet processor would have (host forwarding).
+    fn forward(&self, app_signal: u64);
 }
 
 /// One traced queue, shared by the interceptor and the in-flight entries of
@@ -163,6 +166,10 @@ pub struct InFlight<S> {
     pub signal: S,
     /// Whether a forwarding barrier follows the kernel (it holds a slot).
     pub forwarded: bool,
+    /// With host forwarding (a measured alternative, see
+    /// `docs/completion.md`): the app's signal, decremented by the completion
+    /// thread once the kernel is seen complete (0 = none).
+    pub host_forward: u64,
     /// With `--serialize-kernels`: the two barriers in front of the kernel.
     pub serial: Option<SerialGate<S>>,
 }
@@ -242,6 +249,9 @@ pub struct EngineOptions {
     pub max_backoff: Duration,
     /// `--serialize-kernels`: at most one traced kernel at a time per agent.
     pub serialize: bool,
+    /// Forward the app's completion signal from the completion thread
+    /// instead of with a barrier packet (measurement alternative).
+    pub host_forwarding: bool,
 }
 
 impl Default for EngineOptions {
@@ -254,6 +264,7 @@ impl Default for EngineOptions {
             min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
             serialize: false,
+            host_forwarding: false,
         }
     }
 }
@@ -411,7 +422,8 @@ impl<S: DispatchSignal> Engine<S> {
             kernel.set_completion_signal(signal.handle());
             batch.packets.push(kernel);
             let app_signal = p.completion_signal();
-            if app_signal != 0 {
+            let by_barrier = app_signal != 0 && !self.options.host_forwarding;
+            if by_barrier {
                 batch.packets.push(RawPacket::forwarding_barrier(
                     app_signal,
                     p.release_fence_scope(),
@@ -435,7 +447,8 @@ impl<S: DispatchSignal> Engine<S> {
                 },
                 queue: queue.clone(),
                 signal,
-                forwarded: app_signal != 0,
+                forwarded: by_barrier,
+                host_forward: if by_barrier { 0 } else { app_signal },
                 serial,
             });
         }

@@ -96,6 +96,9 @@ impl CompletionBackend for FakeBackend {
     fn signal_value(&self, signal: u64) -> i64 {
         self.signals.value[Signals::idx(signal)].load(Ordering::Acquire)
     }
+    fn forward(&self, app_signal: u64) {
+        self.signals.value[Signals::idx(app_signal)].fetch_sub(1, Ordering::SeqCst);
+    }
     fn open_gate(&self, signal: u64) {
         self.signals.value[Signals::idx(signal)].store(0, Ordering::SeqCst);
     }
@@ -257,6 +260,7 @@ impl Harness {
                 min_backoff: Duration::from_micros(50),
                 max_backoff: Duration::from_micros(500),
                 serialize: false,
+                host_forwarding: false,
             },
             names,
         )
@@ -533,6 +537,7 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
         min_backoff: Duration::from_micros(100),
         max_backoff: Duration::from_millis(1),
         serialize: false,
+        host_forwarding: false,
     });
     let signals = Signals::new();
     let pool = FakePool::new(signals, 1);
@@ -633,6 +638,7 @@ fn serialized_dispatches_pass_their_gates_one_at_a_time() {
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
             serialize: true,
+            host_forwarding: false,
         },
         Names::default(),
     ));
@@ -724,6 +730,7 @@ fn a_dead_writer_thread_never_stalls_the_app() {
         min_backoff: Duration::from_micros(50),
         max_backoff: Duration::from_micros(500),
         serialize: false,
+        host_forwarding: false,
     }));
     let (e, b) = (
         engine.clone(),
@@ -764,4 +771,38 @@ fn a_dead_writer_thread_never_stalls_the_app() {
     engine.begin_shutdown(Duration::from_secs(5));
     completion.join().unwrap();
     assert_eq!(engine.in_flight(), 0);
+}
+
+#[test]
+fn host_forwarding_completes_the_app_signal_without_a_barrier() {
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 8,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: true,
+        },
+        Names::default(),
+    );
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let app = 2500u64;
+    for _ in 0..50 {
+        h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+        h.submit(&q, &[kernel_packet(1, app)]);
+        let t0 = Instant::now();
+        while h.signals.value[Signals::idx(app)].load(Ordering::SeqCst) > 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "app signal never completed"
+            );
+            std::thread::yield_now();
+        }
+    }
+    let (outcome, _, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 50);
+    assert_eq!(device.barriers.load(Ordering::SeqCst), 0);
 }

@@ -5,6 +5,8 @@
 //   threads T N     T threads, each with its own queue, N dispatches each
 //   shared T N      T threads writing into one shared queue, N dispatches each
 //   exit N [quick]  N dispatches, then exit(0) (or quick_exit(0)) with work in flight and no hsa_shut_down
+//   latency N       N times: one kernel with an app signal, then a blocked wait on it; prints ROUNDTRIP_US
+//   pairs N         N times: kernel with an app signal (not waited for), then a kernel without; one wait at the end
 //   destroy N       N dispatches, then hsa_queue_destroy right away (work pending), then hsa_shut_down
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +210,36 @@ int main(int argc, char** argv) {
     } else {
       for (auto q : queues) CHECK(hsa_queue_destroy(q));
     }
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "latency" || mode == "pairs") {
+    int n = argc > 3 ? atoi(argv[3]) : 200;
+    hsa_queue_t* q = make_queue();
+    // latency: one signal reset before each kernel and waited for; pairs: one counter signal that every
+    // signalled kernel decrements once, waited for at the end.
+    hsa_signal_t s;
+    CHECK(hsa_signal_create(mode == "pairs" ? n : 1, 0, nullptr, &s));
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; i++) {
+      if (mode == "latency") hsa_signal_store_screlease(s, 1);
+      dispatch(q, g_kernels[0], 64, 64, s);
+      g_count[0]++;
+      if (mode == "latency") {
+        wait_zero(s);
+      } else {
+        dispatch(q, g_kernels[1], 128, 64, hsa_signal_t{0});
+        g_count[1]++;
+      }
+    }
+    wait_zero(s);
+    hsa_signal_store_screlease(s, 1);
+    barrier(q, s);
+    wait_zero(s);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    printf("ROUNDTRIP_US %.1f\n", us / n);
+    report();
+    CHECK(hsa_queue_destroy(q));
     CHECK(hsa_shut_down());
     return 0;
   }

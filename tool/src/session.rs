@@ -171,6 +171,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
         serialize: config.serialize_kernels,
+        host_forwarding: std::env::var("RPROF_FORWARD_APP_SIGNAL").is_ok_and(|v| v == "host"),
         ..EngineOptions::default()
     };
     if let Some(us) = std::env::var("RPROF_COMPLETION_MAX_BACKOFF_US")

@@ -171,6 +171,14 @@ impl CompletionBackend for RocrBackend {
         }
     }
 
+    fn forward(&self, app_signal: u64) {
+        if let Some(subtract) = self.rt.core.hsa_signal_subtract_screlease_fn {
+            // SAFETY: the app's own completion signal from its packet; the
+            // app keeps it alive until it has seen it complete.
+            unsafe { subtract(hsa_signal_t { handle: app_signal }, 1) };
+        }
+    }
+
     fn open_gate(&self, signal: u64) {
         if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
             // SAFETY: a pooled gate signal owned by an in-flight entry.
