@@ -806,3 +806,29 @@ fn host_forwarding_completes_the_app_signal_without_a_barrier() {
     assert_eq!(outcome.metadata.dispatches, 50);
     assert_eq!(device.barriers.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn kernel_table_names_and_filters_the_writer_sees() {
+    use crate::kernels::{KernelTable, NamePolicy};
+    let table = KernelTable::new(NamePolicy {
+        truncate: false,
+        include: None,
+        exclude: Some(Regex::new("^skip").unwrap()),
+    });
+    table.insert(0x10, "keep_me.kd");
+    table.insert(0x20, "skip_me.kd");
+    let mut names: &KernelTable = &table;
+    let mut seen = Vec::new();
+    for object in [0x10u64, 0x20, 0x30] {
+        names.with_kernel(object, &mut |k, keep| {
+            seen.push((k.display_name.to_string(), k.kernel_id != 0, keep))
+        });
+    }
+    assert_eq!(seen[0], ("keep_me".to_string(), true, true));
+    assert_eq!(seen[1], ("skip_me".to_string(), true, false));
+    assert!(
+        seen[2].0.contains("0x30"),
+        "unknown kernels get a placeholder name: {:?}",
+        seen[2]
+    );
+}
