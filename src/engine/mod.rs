@@ -24,12 +24,20 @@
 //!
 //! Nothing on the interceptor path allocates in steady state (batches live in
 //! inline `SmallVec` storage; queues are preallocated) or takes a global lock.
-//! Back-pressure: when the signal pool is empty, the interceptor wakes the
-//! completion thread and waits for a recycled signal; kernels already
+//! Back-pressure: when the signal pool is empty, or the queue's ring holds
+//! too many unfinished traced packets ([`QueueContext::with_ring`]), the
+//! interceptor wakes the completion thread and waits; kernels already
 //! submitted finish on the device without the interceptor's help, so the
 //! wait ends. If it lasts longer than [`EngineOptions::pool_wait`], the
 //! dispatch passes through untraced and is counted as lost, so a traced app
 //! can never hang on rprof.
+//!
+//! Options: [`EngineOptions::serialize`] puts a ready barrier and a gate
+//! barrier in front of every kernel and lets the completion thread grant one
+//! kernel at a time per agent ([`SerialGate`]);
+//! [`EngineOptions::host_forwarding`] completes the app's signal from the
+//! completion thread instead of with a barrier packet (a measured
+//! alternative, `docs/completion.md`).
 //!
 //! The runtime-facing side (the signal pool's provider, reading signal values
 //! and dispatch times) is abstracted as [`SignalSource`] and
