@@ -20,7 +20,7 @@
 //!    record queue, waiting if it is full (never dropping).
 //! 3. One writer thread ([`Engine::run_writer`]) drains the record queue,
 //!    resolves kernel names, applies the include/exclude filters and pushes
-//!    into every [`RecordSink`].
+//!    into every [`RecordSink`](crate::sink::RecordSink).
 //!
 //! Nothing on the interceptor path allocates in steady state (batches live in
 //! inline `SmallVec` storage; queues are preallocated) or takes a global lock.
