@@ -369,21 +369,19 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Builds the batch for one interceptor call: see the module docs.
     /// `now_ns` is the enqueue time, `thread_id` the calling thread.
+    /// `batch` must be empty; it is filled in place (it is large, and lives
+    /// on the interceptor's stack).
     pub fn build_batch(
         &self,
+        batch: &mut PacketBatch<S>,
         queue: &Arc<QueueContext>,
         packets: &[RawPacket],
         source: &dyn SignalSource<S>,
         now_ns: u64,
         thread_id: u32,
-    ) -> (PacketBatch<S>, IdRange) {
+    ) -> IdRange {
         let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count() as u64;
         let ids = self.ids.reserve(kernels);
-        let mut batch = PacketBatch {
-            packets: SmallVec::new(),
-            dispatches: SmallVec::new(),
-            untraced: 0,
-        };
         let per_kernel = if self.options.serialize { 3 } else { 1 };
         let mut signals = self
             .acquire_signals(kernels as usize * per_kernel, source)
@@ -460,7 +458,7 @@ impl<S: DispatchSignal> Engine<S> {
                 serial,
             });
         }
-        (batch, ids)
+        ids
     }
 
     /// The whole interceptor call: builds the batch, hands all its packets to
@@ -480,7 +478,12 @@ impl<S: DispatchSignal> Engine<S> {
         }
         let begin_ns = boottime_ns();
         let thread_id = current_thread_id();
-        let (batch, ids) = self.build_batch(queue, packets, source, begin_ns, thread_id);
+        let mut batch = PacketBatch {
+            packets: SmallVec::new(),
+            dispatches: SmallVec::new(),
+            untraced: 0,
+        };
+        let ids = self.build_batch(&mut batch, queue, packets, source, begin_ns, thread_id);
         let traced = batch.dispatches.len() as u64;
         let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
         self.wait_for_ring_space(queue, slots);
@@ -507,27 +510,27 @@ impl<S: DispatchSignal> Engine<S> {
             dispatch_count: ids.len() as u32,
             packet_count: packets.len() as u32,
         }));
-        for entry in batch.dispatches {
-            let mut entry = entry;
+        for entry in batch.dispatches.drain(..) {
             // Capacity >= signal pool size, so this succeeds unless the
-            // completion thread is far behind; then wait for it.
+            // completion thread is far behind; then wait for it (bounded).
+            let Err(mut back) = self.pending.push(entry) else {
+                continue;
+            };
             let deadline = Instant::now() + self.options.pool_wait;
             loop {
-                match self.pending.push(entry) {
+                self.completion_wake.notify();
+                std::thread::yield_now();
+                match self.pending.push(back) {
                     Ok(()) => break,
-                    Err(back) if Instant::now() < deadline => {
-                        entry = back;
-                        self.completion_wake.notify();
-                        std::thread::yield_now();
-                    }
-                    Err(back) => {
+                    Err(b) if Instant::now() < deadline => back = b,
+                    Err(b) => {
                         // Cannot track it: its signal is gone with it, and
                         // nobody will ever complete its record.
                         queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                        queue.slots.fetch_sub(back.slots(), Ordering::AcqRel);
+                        queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
                         self.in_flight.fetch_sub(1, Ordering::AcqRel);
                         self.count_lost(1);
-                        drop(back);
+                        drop(b);
                         break;
                     }
                 }
