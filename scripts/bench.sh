@@ -18,4 +18,5 @@ fi
 if [ ! -f "$work/dispatch_bench" ] || [ "$src/dispatch_bench.cpp" -nt "$work/dispatch_bench" ]; then
   g++ -O2 -std=c++17 "$src/dispatch_bench.cpp" -lhsa-runtime64 -ldl -o "$work/dispatch_bench"
 fi
+bash scripts/build-workloads.sh "$work" >/dev/null
 exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" "$@"

@@ -77,16 +77,21 @@ struct RunResult {
     csv_rows: u64,
 }
 
-fn run(o: &Options, traced: bool, tag: &str, env: &[(&str, &str)], app: &[&str]) -> RunResult {
+/// rprof options of an untraced run.
+const UNTRACED: &[&str] = &[];
+/// rprof options of a kernel-traced run.
+const TRACED: &[&str] = &["--kernel-trace"];
+
+/// One run of `app` under `rprof --device emulated MODE`; an empty `mode`
+/// is the untraced run.
+fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]) -> RunResult {
     let rprof = o.bin_dir.join("rprof");
     let mut cmd = Command::new(&rprof);
     let out_dir = o.work_dir.join("out");
+    let traced = !mode.is_empty();
+    cmd.args(["--device", "emulated"]).args(mode);
     if traced {
-        cmd.args(["--kernel-trace", "--device", "emulated", "-d"])
-            .arg(&out_dir)
-            .args(["-o", tag]);
-    } else {
-        cmd.args(["--device", "emulated"]);
+        cmd.arg("-d").arg(&out_dir).args(["-o", tag]);
     }
     cmd.arg("--").args(app);
     for (k, v) in env {
@@ -178,18 +183,37 @@ fn pair(
     env: &[(&str, &str)],
     app: &[&str],
 ) -> (Vec<RunResult>, Vec<RunResult>) {
-    let (mut u, mut t) = (Vec::new(), Vec::new());
+    pair_modes(o, tag, UNTRACED, TRACED, env, app)
+}
+
+/// Alternates runs in modes `a` and `b`, `o.reps` times each; returns both
+/// series.
+fn pair_modes(
+    o: &Options,
+    tag: &str,
+    a: &[&str],
+    b: &[&str],
+    env: &[(&str, &str)],
+    app: &[&str],
+) -> (Vec<RunResult>, Vec<RunResult>) {
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
     for i in 0..o.reps {
         // Alternate which goes first so drift in machine load cancels out.
         if i % 2 == 0 {
-            u.push(run(o, false, tag, env, app));
-            t.push(run(o, true, tag, env, app));
+            ra.push(run(o, a, tag, env, app));
+            rb.push(run(o, b, tag, env, app));
         } else {
-            t.push(run(o, true, tag, env, app));
-            u.push(run(o, false, tag, env, app));
+            rb.push(run(o, b, tag, env, app));
+            ra.push(run(o, a, tag, env, app));
         }
     }
-    (u, t)
+    (ra, rb)
+}
+
+/// Median traced peak RSS minus median untraced peak RSS, in MiB.
+fn rss_delta_mib(untraced: &[RunResult], traced: &[RunResult]) -> f64 {
+    let mib = |rs: &[RunResult]| median(&mut series(rs, |r| r.max_rss_kb as f64 / 1024.0));
+    mib(traced) - mib(untraced)
 }
 
 fn series(rs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> Vec<f64> {
@@ -297,8 +321,8 @@ fn main() {
     );
     let _ = writeln!(
         report,
-        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>10}",
-        "dispatch", "untraced s", "traced s", "ratio", "ratio range", "B/dispatch", "rss MiB"
+        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16}",
+        "dispatch", "untraced s", "traced s", "ratio", "ratio range", "B/dispatch", "rprof rss MiB"
     );
     for &i in launches {
         let is = i.to_string();
@@ -312,11 +336,13 @@ fn main() {
             .last()
             .map(|r| r.trace_bytes as f64 / dispatches)
             .unwrap_or(f64::NAN);
-        let rss = t.iter().map(|r| r.max_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
+        // The app's own memory grows with launches (HIP 5.2.3 graphs); what
+        // rprof adds is the traced peak minus the untraced peak.
+        let rss = rss_delta_mib(&u, &t);
         let rows = t.last().map(|r| r.csv_rows).unwrap_or(0);
         let _ = writeln!(
             report,
-            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>10.1}   (csv rows {rows})",
+            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1}   (csv rows {rows})",
             dispatches,
             median(&mut series(&u, |r| r.wall_s)),
             median(&mut series(&t, |r| r.wall_s)),
@@ -343,6 +369,83 @@ fn main() {
         "\n[realistic mix: the storm with 20 us kernels]\n  ratio {:.3} (range {lo:.3}-{hi:.3}; target <= 1.03)",
         median(&mut ratios.clone())
     );
+
+    // 5. Memory: rprof's resident memory against dispatch count (raw HSA, so
+    // the app itself stays flat).
+    let counts: &[&str] = if o.quick {
+        &["100000", "1000000"]
+    } else {
+        &["100000", "1000000", "10000000"]
+    };
+    let _ = writeln!(
+        report,
+        "\n[memory: raw-HSA enqueue loop, one run each; target: flat within 16 MiB]"
+    );
+    let _ = writeln!(
+        report,
+        "  {:>10} {:>14} {:>12} {:>16} {:>12}",
+        "dispatches", "untraced MiB", "traced MiB", "rprof adds MiB", "traced s"
+    );
+    let once = Options {
+        reps: 1,
+        ..o.clone()
+    };
+    for n in counts {
+        let (u, t) = pair(&once, "memory", &[], &[ds, "enqueue", n, co]);
+        let _ = writeln!(
+            report,
+            "  {:>10} {:>14.1} {:>12.1} {:>16.1} {:>12.2}",
+            n,
+            u[0].max_rss_kb as f64 / 1024.0,
+            t[0].max_rss_kb as f64 / 1024.0,
+            rss_delta_mib(&u, &t),
+            t[0].wall_s
+        );
+    }
+
+    // 6. The cost of --serialize-kernels (both runs traced).
+    let (a, b) = pair_modes(
+        &o,
+        "serial",
+        TRACED,
+        &["--kernel-trace", "--serialize-kernels"],
+        &[],
+        &[gs, "256", if o.quick { "5" } else { "20" }],
+    );
+    let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y.wall_s / x.wall_s).collect();
+    let (lo, hi) = range(&ratios);
+    let _ = writeln!(
+        report,
+        "\n[--serialize-kernels: the storm traced, serialized vs not]\n  wall ratio {:.2} (range {lo:.2}-{hi:.2}); dispatches/s {:.0} serialized vs {:.0}",
+        median(&mut ratios.clone()),
+        b[0].csv_rows as f64 / median(&mut series(&b, |r| r.wall_s)),
+        a[0].csv_rows as f64 / median(&mut series(&a, |r| r.wall_s)),
+    );
+
+    // 7. The cost of --rpc-trace on the RPC doorbell workload.
+    let rpc = work.join("rpc-doorbell");
+    if rpc.exists() {
+        let rpc_args = [
+            rpc.to_str().unwrap(),
+            "--kernels",
+            "64",
+            "--lanes",
+            "8",
+            "--calls",
+            "4",
+            "--drain-between",
+            "--wait-timeout-ms",
+            "0",
+        ];
+        let (u, t) = pair_modes(&o, "rpc", UNTRACED, &["--rpc-trace"], &[], &rpc_args);
+        let ratios: Vec<f64> = u.iter().zip(&t).map(|(x, y)| y.wall_s / x.wall_s).collect();
+        let (lo, hi) = range(&ratios);
+        let _ = writeln!(
+            report,
+            "\n[--rpc-trace: rpc-doorbell, 64 kernels x 8 lanes x 4 calls, a ring per kernel]\n  wall ratio {:.3} (range {lo:.3}-{hi:.3})",
+            median(&mut ratios.clone()),
+        );
+    }
 
     print!("{report}");
     if let Some(svg) = &o.svg {
