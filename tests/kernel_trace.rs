@@ -7,7 +7,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::process::Command;
 
-use support::{artifacts, check_pftrace, read_csv, run_traced, Load, Row, Run};
+use support::{artifacts, check_pftrace, read_csv, run_rprof, run_traced, Load, Row, Run};
 
 /// Grid size the program uses for each kernel.
 fn grid_of(name: &str) -> u64 {
@@ -435,4 +435,22 @@ fn barrier_forwarding_keeps_a_signalled_kernel_from_overlapping_the_next_packet(
             "signalled kernel overlapped the next one: {pair:?}"
         );
     }
+}
+
+#[test]
+fn through_the_rprof_command() {
+    let run = run_rprof("rprof-cli", &[], &["threads", "3", "40"]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 120);
+    check_pftrace(&run.output(".pftrace"));
+    // The app's exit status comes back through rprof.
+    let failing = run_rprof("rprof-cli-exit", &[], &["no-such-mode"]);
+    assert_eq!(failing.code, Some(1), "{}", failing.stderr);
+    let serialized = run_rprof(
+        "rprof-cli-serialize",
+        &["--serialize-kernels"],
+        &["threads", "3", "40"],
+    );
+    let rows = assert_complete_trace(&serialized);
+    assert_eq!(overlaps(&rows), 0);
 }

@@ -3,8 +3,8 @@
 //! of `tests/programs/`, runs them with the tool loaded on the emulated GPU,
 //! and reads the outputs back.
 //!
-//! The libraries are built by a nested `cargo build -p rprof-tool --lib -p
-//! rprof-emu` into `<target>/kernel-trace-tests/cargo` (a target directory
+//! The libraries and `rprof` are built by a nested `cargo build -p rprof-tool
+//! -p rprof-emu` into `<target>/kernel-trace-tests/cargo` (a target directory
 //! of its own, because the outer `cargo test` holds the lock of the main
 //! one), so `cargo test --workspace` needs no prior build and never runs
 //! stale libraries. Programs are built with `clang-15` (kernels, an AMDGPU
@@ -27,6 +27,8 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Artifacts {
     /// `librprof_tool.so`.
     pub tool: PathBuf,
+    /// The `rprof` command (built next to the tool library).
+    pub rprof: PathBuf,
     /// Directory holding `libhsakmt.so.1` (the emulator), for `LD_LIBRARY_PATH`.
     pub emu_dir: PathBuf,
     /// The raw-HSA test program.
@@ -82,7 +84,7 @@ pub fn artifacts() -> &'static Artifacts {
         let mut build = Command::new(cargo);
         build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "-p", "rprof-tool", "--lib"])
+            .args(["build", "-p", "rprof-tool"])
             .env("CARGO_TARGET_DIR", &cargo_target);
         if emu_override.is_none() {
             build.args(["-p", "rprof-emu"]);
@@ -93,6 +95,7 @@ pub fn artifacts() -> &'static Artifacts {
         );
         let profile = cargo_target.join("debug");
         let tool = profile.join("librprof_tool.so");
+        let rprof = profile.join("rprof");
         let emu = emu_override.unwrap_or_else(|| profile.join("libhsakmt.so"));
         assert!(
             tool.exists() && emu.exists(),
@@ -138,8 +141,13 @@ pub fn artifacts() -> &'static Artifacts {
         );
         let runs = root.join("runs");
         std::fs::create_dir_all(&runs).unwrap();
+        if !profile.join("libhsakmt.so").exists() {
+            // `rprof` looks for the emulator next to itself.
+            std::os::unix::fs::symlink(&emu, profile.join("libhsakmt.so")).unwrap();
+        }
         Artifacts {
             tool,
+            rprof,
             emu_dir,
             trace_app,
             kernels,
@@ -366,4 +374,40 @@ pub fn check_pftrace(trace: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs `rprof --kernel-trace -d <dir> -o run --output-format csv,json,pftrace
+/// [extra] -- trace_app <code object> <args>` (the command sets up the tool
+/// library and the emulated GPU itself).
+pub fn run_rprof(label: &str, extra: &[&str], args: &[&str]) -> Run {
+    let a = artifacts();
+    let dir = a.runs.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(&a.rprof);
+    cmd.args([
+        "--kernel-trace",
+        "-o",
+        "run",
+        "--output-format",
+        "csv,json,pftrace",
+        "-d",
+    ])
+    .arg(&dir)
+    .args(extra)
+    .arg("--")
+    .arg(&a.trace_app)
+    .arg(&a.kernels)
+    .args(args)
+    .env_remove("HSA_TOOLS_LIB")
+    .env_remove("LD_PRELOAD")
+    .env_remove("LD_LIBRARY_PATH")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RPROF_") {
+            cmd.env_remove(k);
+        }
+    }
+    run_with_timeout(cmd, dir)
 }
