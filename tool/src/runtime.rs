@@ -9,9 +9,29 @@
 
 use hsa_sys::{AmdExtTable, ApiTableVersion, CoreApiTable, HsaApiTable};
 
-/// Major version of each table this build understands (a new major means an
-/// incompatible layout).
-const KNOWN_MAJOR: u32 = 1;
+/// Major versions of the root table that rprof reads: 1 = ROCm 5.x, 2 = ROCm
+/// 6.0, 3 = ROCm 6.1 and later (entries appended; the core and AMD
+/// extension pointers keep their places).
+const ROOT_MAJORS: std::ops::RangeInclusive<u32> = 1..=3;
+/// Major versions of the core table: 1 (ROCm 5.x) and 2 (ROCm 6+) have the
+/// same layout for every entry rprof uses (checked against the ROCr headers
+/// of rocm-5.2.3, 6.0.0, 6.1.0, 6.2.0, 6.2.4 and Oct 2024 master).
+const CORE_MAJORS: std::ops::RangeInclusive<u32> = 1..=2;
+/// Major versions of the AMD extension table: 2 (ROCm 6+) inserted entries
+/// in the middle, so its entries are mapped by index ([`AMD_V2_INDEX`]).
+const AMD_MAJORS: std::ops::RangeInclusive<u32> = 1..=2;
+
+/// Entry indices (0 = first function after the version) in AMD extension
+/// table major version 2, for the entries rprof uses; the same in the ROCr
+/// headers of rocm-6.0.0 through Oct 2024 master.
+mod amd_v2_index {
+    pub const PROFILING_SET_PROFILER_ENABLED: usize = 2;
+    pub const PROFILING_GET_DISPATCH_TIME: usize = 4;
+    pub const SIGNAL_CREATE: usize = 33;
+    pub const QUEUE_INTERCEPT_CREATE: usize = 37;
+    pub const QUEUE_INTERCEPT_REGISTER: usize = 38;
+}
+use amd_v2_index as AMD_V2_INDEX;
 
 /// Copies of the runtime's original entries, taken before any replacement.
 #[derive(Debug, Clone, Copy)]
@@ -53,14 +73,70 @@ unsafe fn copy_table<T: Copy>(src: *const T, reported: u32) -> T {
     out
 }
 
-fn check_version(what: &str, v: &ApiTableVersion) -> Result<(), Unsupported> {
-    if v.major_id != KNOWN_MAJOR {
+fn check_version(
+    what: &str,
+    v: &ApiTableVersion,
+    known: std::ops::RangeInclusive<u32>,
+) -> Result<(), Unsupported> {
+    if !known.contains(&v.major_id) {
         return Err(Unsupported(format!(
-            "the HSA runtime's {what} table has major version {} (rprof understands {KNOWN_MAJOR})",
-            v.major_id
+            "the HSA runtime's {what} table has major version {} (rprof understands {}..={})",
+            v.major_id,
+            known.start(),
+            known.end()
         )));
     }
     Ok(())
+}
+
+/// Reads entry `index` of a table laid out as a version followed by
+/// pointer-sized entries, as the entry type `T`; `None`-like (all zero) if the
+/// table is too short.
+///
+/// # Safety
+/// `table` must point to at least `size` readable bytes; `T` must be an
+/// `Option` of a function pointer whose signature matches the entry.
+unsafe fn entry<T: Copy>(table: *const u8, size: u32, index: usize) -> T {
+    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<usize>());
+    let offset = std::mem::size_of::<ApiTableVersion>() + index * std::mem::size_of::<usize>();
+    let raw: usize = if offset + std::mem::size_of::<usize>() <= size as usize {
+        // SAFETY: inside the `size` bytes the caller vouches for.
+        unsafe { std::ptr::read_unaligned(table.add(offset).cast::<usize>()) }
+    } else {
+        0
+    };
+    // SAFETY: `T` is a pointer-sized `Option<fn>`, for which 0 is `None` and
+    // any other value is the runtime's function of that signature.
+    unsafe { std::mem::transmute_copy::<usize, T>(&raw) }
+}
+
+/// The AMD extension entries rprof uses, from a table of major version 2,
+/// placed into the version-1 layout rprof was built with (other entries
+/// stay `None`).
+///
+/// # Safety
+/// `table` must point to a major-2 AMD extension table of `size` bytes.
+unsafe fn amd_from_v2(table: *const AmdExtTable, version: ApiTableVersion) -> AmdExtTable {
+    let base = table.cast::<u8>();
+    let size = version.minor_id;
+    let mut t = AmdExtTable {
+        version,
+        ..AmdExtTable::default()
+    };
+    // SAFETY: (all five) indices from the major-2 headers, each read within
+    // `size`, into fields of the same C signature.
+    unsafe {
+        t.hsa_amd_profiling_set_profiler_enabled_fn =
+            entry(base, size, AMD_V2_INDEX::PROFILING_SET_PROFILER_ENABLED);
+        t.hsa_amd_profiling_get_dispatch_time_fn =
+            entry(base, size, AMD_V2_INDEX::PROFILING_GET_DISPATCH_TIME);
+        t.hsa_amd_signal_create_fn = entry(base, size, AMD_V2_INDEX::SIGNAL_CREATE);
+        t.hsa_amd_queue_intercept_create_fn =
+            entry(base, size, AMD_V2_INDEX::QUEUE_INTERCEPT_CREATE);
+        t.hsa_amd_queue_intercept_register_fn =
+            entry(base, size, AMD_V2_INDEX::QUEUE_INTERCEPT_REGISTER);
+    }
+    t
 }
 
 macro_rules! require {
@@ -80,7 +156,7 @@ impl Runtime {
         }
         // SAFETY: the runtime's table starts with its version (all versions).
         let root_version = unsafe { (*table).version };
-        check_version("API", &root_version)?;
+        check_version("API", &root_version, ROOT_MAJORS)?;
         // SAFETY: reads at most the size the root table reports.
         let root: HsaApiTable = unsafe { copy_table(table, root_version.minor_id) };
         if root.core_.is_null() || root.amd_ext_.is_null() {
@@ -91,12 +167,17 @@ impl Runtime {
         // SAFETY: non-null table pointers from the runtime, each starting with its version.
         let (core_version, amd_version) =
             unsafe { ((*root.core_).version, (*root.amd_ext_).version) };
-        check_version("core", &core_version)?;
-        check_version("AMD extension", &amd_version)?;
+        check_version("core", &core_version, CORE_MAJORS)?;
+        check_version("AMD extension", &amd_version, AMD_MAJORS)?;
         // SAFETY: each copy reads at most the size its table reports.
         let core: CoreApiTable = unsafe { copy_table(root.core_, core_version.minor_id) };
-        // SAFETY: as above.
-        let amd: AmdExtTable = unsafe { copy_table(root.amd_ext_, amd_version.minor_id) };
+        let amd: AmdExtTable = if amd_version.major_id == 1 {
+            // SAFETY: as above.
+            unsafe { copy_table(root.amd_ext_, amd_version.minor_id) }
+        } else {
+            // SAFETY: a major-2 table of the size it reports.
+            unsafe { amd_from_v2(root.amd_ext_, amd_version) }
+        };
         let rt = Runtime { core, amd };
         let mut missing = Vec::new();
         require!(
@@ -180,19 +261,19 @@ mod tests {
     #[test]
     fn old_or_new_major_versions_are_refused() {
         let v = ApiTableVersion {
-            major_id: 2,
+            major_id: 3,
             minor_id: 0,
             step_id: 0,
             reserved: 0,
         };
-        assert!(check_version("core", &v).is_err());
+        assert!(check_version("core", &v, CORE_MAJORS).is_err());
         let v = ApiTableVersion {
             major_id: 1,
             minor_id: 0,
             step_id: 0,
             reserved: 0,
         };
-        assert!(check_version("core", &v).is_ok());
+        assert!(check_version("core", &v, CORE_MAJORS).is_ok());
     }
 
     #[test]
@@ -226,5 +307,67 @@ mod tests {
         let err = unsafe { Runtime::from_tables(&root) }.unwrap_err();
         assert!(err.0.contains("hsa_amd_queue_intercept_create_fn"), "{err}");
         assert!(err.0.contains("too old"), "{err}");
+    }
+
+    #[test]
+    fn amd_table_major_2_is_mapped_by_index() {
+        // A fake major-2 table: version + 71 entries, entry i holding a
+        // distinct marker (never called, only compared).
+        #[repr(C)]
+        struct V2 {
+            version: ApiTableVersion,
+            entries: [usize; 71],
+        }
+        let mut v2 = V2 {
+            version: ApiTableVersion {
+                major_id: 2,
+                minor_id: std::mem::size_of::<V2>() as u32,
+                step_id: 0,
+                reserved: 0,
+            },
+            entries: [0; 71],
+        };
+        for (i, e) in v2.entries.iter_mut().enumerate() {
+            *e = 0x1000 + i;
+        }
+        let version = v2.version;
+        // SAFETY: a table of the reported size.
+        let t = unsafe { amd_from_v2((&v2 as *const V2).cast(), version) };
+        let as_usize = |p: *const ()| p as usize;
+        assert_eq!(
+            as_usize(t.hsa_amd_signal_create_fn.unwrap() as *const ()),
+            0x1000 + 33
+        );
+        assert_eq!(
+            as_usize(t.hsa_amd_queue_intercept_create_fn.unwrap() as *const ()),
+            0x1000 + 37
+        );
+        assert_eq!(
+            as_usize(t.hsa_amd_queue_intercept_register_fn.unwrap() as *const ()),
+            0x1000 + 38
+        );
+        assert_eq!(
+            as_usize(t.hsa_amd_profiling_set_profiler_enabled_fn.unwrap() as *const ()),
+            0x1000 + 2
+        );
+        assert_eq!(
+            as_usize(t.hsa_amd_profiling_get_dispatch_time_fn.unwrap() as *const ()),
+            0x1000 + 4
+        );
+        assert!(
+            t.hsa_amd_coherency_get_type_fn.is_none(),
+            "unmapped entries stay None"
+        );
+        // A short major-2 table: entries past its size read as None.
+        let mut short = V2 {
+            version: v2.version,
+            entries: v2.entries,
+        };
+        short.version.minor_id = (std::mem::size_of::<ApiTableVersion>() + 8 * 34) as u32;
+        let version = short.version;
+        // SAFETY: as above (the reported size is smaller than the memory).
+        let t = unsafe { amd_from_v2((&short as *const V2).cast(), version) };
+        assert!(t.hsa_amd_signal_create_fn.is_some());
+        assert!(t.hsa_amd_queue_intercept_create_fn.is_none());
     }
 }
