@@ -1,6 +1,7 @@
 //! The completion thread: polls in-flight dispatches, reads their times and
 //! hands finished records to the writer.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -20,6 +21,11 @@ const PARK_TIMEOUT: Duration = Duration::from_millis(50);
 const SERIAL_YIELD_ROUNDS: u32 = 32;
 /// Nap while serialized dispatches wait and nothing changes.
 const SERIAL_NAP: Duration = Duration::from_micros(20);
+/// How many of the oldest in-flight dispatches an ordinary pass reads.
+const SCAN_WINDOW: usize = 256;
+/// Every this many passes the completion thread reads every in-flight
+/// signal, not only the oldest [`SCAN_WINDOW`].
+const FULL_SCAN_EVERY: u32 = 16;
 
 /// The completion thread's view of `--serialize-kernels`: which agents'
 /// tokens are held, and the readiness order.
@@ -98,24 +104,46 @@ impl<S: DispatchSignal> Engine<S> {
     /// everything still tracked has been processed or given up on (counted
     /// as lost).
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
-        let mut tracked: Vec<InFlight<S>> = Vec::with_capacity(self.pending.capacity());
+        // In submission order; finished entries are moved to the front and
+        // popped, so a pass moves only what finished (a `Vec` would shift
+        // every unfinished entry after each pass).
+        let mut tracked: VecDeque<InFlight<S>> = VecDeque::with_capacity(self.pending.capacity());
+        let mut pass = 0u32;
         let mut serializer = Serializer::default();
         let min_sleep = self.options.min_backoff.min(self.options.max_backoff);
         let mut sleep = min_sleep;
         let mut serial_idle = 0u32;
         loop {
             while let Some(e) = self.pending.pop() {
-                tracked.push(e);
+                tracked.push_back(e);
             }
             // Find the finished ones first, then read the clock: every
             // dispatch counted here ended before `observed`. Dispatches of a
             // destroyed queue that did not finish never will.
+            //
+            // Dispatches finish roughly in submission order, so an ordinary
+            // pass reads only the oldest SCAN_WINDOW signals (reading all of
+            // several thousand in-flight signals every pass was this
+            // thread's main cost); later ones are found by a later pass,
+            // which moves no timestamp. Every FULL_SCAN_EVERY-th pass, and
+            // whenever an interceptor waits for signals or ring space, a
+            // pass reads everything; so do serialized and host-forwarded
+            // runs, where someone waits for each dispatch.
+            let waited_for = self.options.serialize || self.options.host_forwarding;
+            let full_scan =
+                waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+            pass = pass.wrapping_add(1);
+            let limit = if full_scan {
+                tracked.len()
+            } else {
+                tracked.len().min(SCAN_WINDOW)
+            };
             let mut done = 0;
             let mut dropped = 0;
             // Someone waits for this thread: a serialized dispatch for its
             // grant, or the app for a signal forwarded by the host.
             let mut latency_bound = false;
-            for i in 0..tracked.len() {
+            for i in 0..limit {
                 if backend.signal_value(tracked[i].signal.handle()) <= 0 {
                     tracked.swap(i, done);
                     done += 1;
@@ -130,10 +158,14 @@ impl<S: DispatchSignal> Engine<S> {
                     self.complete(backend, entry, observed);
                 }
             }
+            // Destroyed queues are rare: look for their leftovers on full
+            // passes only (the destroy hook waits for them with a timeout).
             let mut i = 0;
-            while i < tracked.len() {
+            while full_scan && i < tracked.len() {
                 if tracked[i].queue.destroyed.load(Ordering::Acquire) {
-                    let entry = tracked.swap_remove(i);
+                    let Some(entry) = tracked.swap_remove_back(i) else {
+                        break;
+                    };
                     serializer.release(entry.record.agent_index, entry.serial.as_ref());
                     self.abandon(entry);
                     dropped += 1;
@@ -142,7 +174,7 @@ impl<S: DispatchSignal> Engine<S> {
                 }
             }
             let serial_changed =
-                self.options.serialize && serializer.advance(backend, &mut tracked);
+                self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
             if done > 0 || dropped > 0 || serial_changed {
                 sleep = min_sleep;
                 serial_idle = 0;
