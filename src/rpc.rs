@@ -78,6 +78,14 @@ impl RpcWakeRecord {
     }
 }
 
+/// Whether a wait has the doorbell shape: `BLOCKED`, condition `NE`, compare
+/// value 0. It is a doorbell wait if the signal also has an event mailbox;
+/// without one (no driver event left) it is counted as
+/// `unrecognised_blocked` instead.
+pub fn has_doorbell_shape(condition: u32, compare_value: i64, wait_state: u32) -> bool {
+    condition == CONDITION_NE && compare_value == 0 && wait_state == WAIT_STATE_BLOCKED
+}
+
 /// Whether a wait call is a doorbell wait (see the module docs).
 pub fn is_doorbell_wait(
     condition: u32,
@@ -85,24 +93,7 @@ pub fn is_doorbell_wait(
     wait_state: u32,
     has_event_mailbox: bool,
 ) -> bool {
-    condition == CONDITION_NE
-        && compare_value == 0
-        && wait_state == WAIT_STATE_BLOCKED
-        && has_event_mailbox
-}
-
-/// Whether a wait has the doorbell shape but its signal has no event: the
-/// case reported as `unrecognised_blocked`.
-pub fn is_eventless_doorbell_shape(
-    condition: u32,
-    compare_value: i64,
-    wait_state: u32,
-    has_event_mailbox: bool,
-) -> bool {
-    condition == CONDITION_NE
-        && compare_value == 0
-        && wait_state == WAIT_STATE_BLOCKED
-        && !has_event_mailbox
+    has_doorbell_shape(condition, compare_value, wait_state) && has_event_mailbox
 }
 
 /// Per-thread state machine from doorbell waits to [`RpcWakeRecord`]s.
@@ -324,12 +315,8 @@ mod tests {
         assert!(!is_doorbell_wait(CONDITION_NE, 0, 1, true)); // ACTIVE
         assert!(!is_doorbell_wait(0, 0, WAIT_STATE_BLOCKED, true)); // EQ
         assert!(!is_doorbell_wait(CONDITION_NE, 5, WAIT_STATE_BLOCKED, true));
-        assert!(is_eventless_doorbell_shape(
-            CONDITION_NE,
-            0,
-            WAIT_STATE_BLOCKED,
-            false
-        ));
+        assert!(has_doorbell_shape(CONDITION_NE, 0, WAIT_STATE_BLOCKED));
+        assert!(!has_doorbell_shape(CONDITION_NE, 1, WAIT_STATE_BLOCKED));
     }
 
     #[test]

@@ -64,14 +64,7 @@ fn run(cli: Cli) -> i32 {
     if plan.tracing {
         // Validate exactly as the library will, so a mistake is reported once,
         // here, and the app runs untraced.
-        let overrides = plan.env.clone();
-        let lookup = move |k: &str| {
-            overrides
-                .iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.clone())
-                .or_else(|| std::env::var(k).ok())
-        };
+        let lookup = child_env_lookup(&plan);
         let facts = ProcessFacts {
             pid: 0,
             ppid: 0,
@@ -176,16 +169,21 @@ fn run(cli: Cli) -> i32 {
     }
 }
 
-/// Prints the files the child's tool library wrote.
-fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
+/// The environment the child sees: the plan's variables over rprof's own.
+fn child_env_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> {
     let overrides = plan.env.clone();
-    let lookup = move |k: &str| {
+    move |k: &str| {
         overrides
             .iter()
             .find(|(n, _)| n == k)
             .map(|(_, v)| v.clone())
             .or_else(|| std::env::var(k).ok())
-    };
+    }
+}
+
+/// Prints the files the child's tool library wrote.
+fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
+    let lookup = child_env_lookup(plan);
     let facts = ProcessFacts {
         pid: child_pid,
         ppid: std::process::id(),

@@ -31,9 +31,7 @@ use hsa_sys::{
     CoreApiTable,
 };
 use rprof_core::engine::{boottime_ns, current_thread_id, Engine};
-use rprof_core::rpc::{
-    is_doorbell_wait, is_eventless_doorbell_shape, DoorbellTracker, RpcWakeRecord,
-};
+use rprof_core::rpc::{has_doorbell_shape, DoorbellTracker, RpcWakeRecord};
 
 use crate::signals::PooledSignal;
 
@@ -147,17 +145,15 @@ unsafe fn traced_wait(
     state: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
     // Fast exit for every wait that cannot be a doorbell wait.
-    if compare != 0 || signal.handle == 0 || !is_doorbell_wait(condition, compare, state, true) {
+    if signal.handle == 0 || !has_doorbell_shape(condition, compare, state) {
         // SAFETY: forwarding the caller's arguments to the runtime.
         return unsafe { original(signal, condition, compare, timeout, state) };
     }
     // SAFETY: the caller waits on this signal, so it is live.
     let (value_now, has_mailbox) = unsafe { signal_facts(signal) };
     if !has_mailbox {
-        if is_eventless_doorbell_shape(condition, compare, state, has_mailbox) {
-            if let Some(i) = INSTALLED.get() {
-                i.engine.count_rpc_unrecognised();
-            }
+        if let Some(i) = INSTALLED.get() {
+            i.engine.count_rpc_unrecognised();
         }
         // SAFETY: as above.
         return unsafe { original(signal, condition, compare, timeout, state) };
