@@ -359,3 +359,44 @@ fn exit_without_sync_quick_exit() {
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
     assert_eq!(f.per_name["nosync_work(int*, int)"], 2000);
 }
+
+/// `--serialize-kernels` with HIP: a graph launched repeatedly, and four
+/// streams joined by events (cross-queue waits), finish without deadlock,
+/// every dispatch is recorded, and no two kernel intervals on the GPU
+/// overlap.
+#[test]
+fn serialized_graphs_and_streams_never_overlap() {
+    for (label, program, args) in [
+        ("serial_graph", "graph_storm", &["64", "10"][..]),
+        ("serial_streams", "multi_stream", &["4", "20"][..]),
+    ] {
+        let Some(prog) = hip_program(program) else {
+            return;
+        };
+        let run = run_traced(
+            label,
+            &["-o", label, "--serialize-kernels"],
+            &prog,
+            args,
+            &[],
+        );
+        run.assert_success();
+        let report = single_report(&run);
+        let facts = check_outputs(&run.dir, label, &report);
+        let mut rows: Vec<_> = facts.rows.iter().collect();
+        rows.sort_by_key(|r| (r.start, r.end));
+        for w in rows.windows(2) {
+            assert!(
+                w[1].start >= w[0].end,
+                "{label}: dispatch {} [{}, {}] overlaps dispatch {} [{}, {}]",
+                w[1].dispatch_id,
+                w[1].start,
+                w[1].end,
+                w[0].dispatch_id,
+                w[0].start,
+                w[0].end
+            );
+        }
+        summary(label, &run, &facts);
+    }
+}
