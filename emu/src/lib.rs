@@ -1,7 +1,9 @@
 //! rprof-emu: an emulated AMD GPU, built as a replacement `libhsakmt.so.1` (the ROCr "thunk").
 //!
 //! The real ROCr 5.2.3 (and HIP on top of it) runs unmodified over this library when it comes first on
-//! `LD_LIBRARY_PATH`. How the pieces fit:
+//! `LD_LIBRARY_PATH`. It owns everything below ROCr (topology, memory, events, queues, the command processor)
+//! and must not touch ROCr itself or the tracer: it is only the test device, loaded by the runtime like a driver.
+//! How the pieces fit:
 //!
 //! * [`thunk`] exports the 42 `hsaKmt*` functions ROCr imports, with the C signatures of `hsakmt.h`, all versioned
 //!   `HSAKMT_1`. Each wraps its body in `catch_unwind` and translates to and from the KFD structs of

@@ -1,5 +1,9 @@
 //! Streaming writer for Perfetto `.pftrace` files.
 //!
+//! Owns the proto2 subset of the Perfetto schema and its encoding; it must
+//! not know about GPUs, HSA or rprof's records (the mapping from records to
+//! tracks lives in `rprof-core`'s Perfetto sink).
+//!
 //! A `.pftrace` file is the protobuf message `Trace { repeated TracePacket
 //! packet = 1; }`, which on the wire is nothing but packets one after another.
 //! [`TraceWriter`] therefore encodes one [`protos::TracePacket`] at a time

@@ -1,5 +1,9 @@
 //! `librprof_tool.so`: the rprof tool library that ROCr loads.
 //!
+//! Owns the FFI edge with the runtime (tables, hooks, interceptor, wait
+//! wrappers); it must not hold tracing logic that tests cannot drive without
+//! ROCr (that is `rprof-core`'s engine), and must not link the runtime.
+//!
 //! How it gets in: ROCr's `hsa_init` loads every library named in
 //! `HSA_TOOLS_LIB` and calls its `OnLoad` with the runtime's API tables. The
 //! `rprof` command sets that variable; when the library is only
