@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 K="${1:-256}"
 I="${2:-200}"
 cargo build --release --workspace
-bash hip-tests/build.sh target/hip-tests
+HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash hip-tests/build.sh target/hip-tests
 target/release/rprof --kernel-trace --stats -d rprof-results -o demo_%pid% \
   -- target/hip-tests/graph_storm "$K" "$I"
 echo "Open the .pftrace above at https://ui.perfetto.dev (Open trace file)."
