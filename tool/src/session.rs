@@ -236,6 +236,23 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     true
 }
 
+/// Nice value of rprof's own threads.
+const BACKGROUND_NICE: libc::c_int = 10;
+
+/// Lowers the calling thread's scheduling priority: where cores are scarce,
+/// rprof's completion and writer threads give way to the application (and,
+/// on the emulated GPU, to the command processor). Nothing they do is
+/// time-critical: timestamps come from the signals, and an interceptor that
+/// waits for them wakes them explicitly.
+fn yield_to_the_app() {
+    // SAFETY: gettid and setpriority on the calling thread only; failure
+    // (e.g. a sandbox forbidding it) leaves the default priority.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
+    }
+}
+
 fn start_threads(
     engine: Arc<Engine<PooledSignal>>,
     backend: RocrBackend,
@@ -248,6 +265,7 @@ fn start_threads(
     let completion = std::thread::Builder::new()
         .name("rprof-completion".into())
         .spawn(move || {
+            yield_to_the_app();
             guarded(
                 "the completion thread",
                 // Nobody completes dispatches any more: trace nothing new,
@@ -259,6 +277,7 @@ fn start_threads(
     let writer = std::thread::Builder::new()
         .name("rprof-writer".into())
         .spawn(move || {
+            yield_to_the_app();
             let e = engine.clone();
             guarded(
                 "the writer thread",
