@@ -9,8 +9,9 @@
 //                                           with a completion signal (ACTIVE
 //                                           wait)
 //
-// Prints `key=value` lines: p50/p90/p99 in ns, and the emulator's live event
-// count when running on the emulated GPU. Exit 0 on success.
+// Prints `key=value` lines: p50/p90/p99 in ns, the emulator's live event
+// count when running on the emulated GPU, and the process's peak resident
+// memory (vmhwm_kb). Exit 0 on success.
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
 #include <dlfcn.h>
@@ -172,5 +173,12 @@ int main(int argc, char** argv) {
   CHECK(hsa_signal_destroy(done));
   CHECK(hsa_queue_destroy(q));
   CHECK(hsa_shut_down());
+  // Peak resident memory of this process, after the tracer's flush.
+  if (FILE* st = fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (fgets(line, sizeof line, st))
+      if (strncmp(line, "VmHWM:", 6) == 0) printf("vmhwm_kb=%lld\n", atoll(line + 6));
+    fclose(st);
+  }
   return 0;
 }

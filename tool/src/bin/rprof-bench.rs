@@ -149,8 +149,15 @@ fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]
         r.trace_bytes = std::fs::metadata(out_dir.join(format!("{tag}.pftrace")))
             .map(|m| m.len())
             .unwrap_or(0);
-        r.csv_rows = std::fs::read_to_string(out_dir.join(format!("{tag}_kernel_trace.csv")))
-            .map(|s| s.lines().count().saturating_sub(1) as u64)
+        // Streamed: reading a large CSV into memory would raise this
+        // process's peak RSS, which forked children inherit as the floor of
+        // their own `ru_maxrss`.
+        r.csv_rows = std::fs::File::open(out_dir.join(format!("{tag}_kernel_trace.csv")))
+            .map(|f| {
+                std::io::BufRead::lines(std::io::BufReader::new(f))
+                    .count()
+                    .saturating_sub(1) as u64
+            })
             .unwrap_or(0);
     }
     r
@@ -392,13 +399,18 @@ fn main() {
     };
     for n in counts {
         let (u, t) = pair(&once, "memory", &[], &[ds, "enqueue", n, co]);
+        // The app's own peak (VmHWM, printed by dispatch_bench at exit).
+        let (um, tm) = (
+            value(&u[0], "vmhwm_kb") / 1024.0,
+            value(&t[0], "vmhwm_kb") / 1024.0,
+        );
         let _ = writeln!(
             report,
             "  {:>10} {:>14.1} {:>12.1} {:>16.1} {:>12.2}",
             n,
-            u[0].max_rss_kb as f64 / 1024.0,
-            t[0].max_rss_kb as f64 / 1024.0,
-            rss_delta_mib(&u, &t),
+            um,
+            tm,
+            tm - um,
             t[0].wall_s
         );
     }
