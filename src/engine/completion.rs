@@ -114,8 +114,22 @@ impl<S: DispatchSignal> Engine<S> {
         let mut sleep = min_sleep;
         let mut serial_idle = 0u32;
         loop {
-            while let Some(e) = self.pending.pop() {
-                tracked.push_back(e);
+            // Take what is published, but leave the newest entry to the next
+            // pass: `ArrayQueue::pop` spins on a slot whose push has been
+            // claimed and not yet written, and an app thread preempted in
+            // that window (a core shared with the device and the app) made
+            // this thread spin for its time slice. A lone entry is taken.
+            let available = self.pending.len();
+            let take = if available > 1 {
+                available - 1
+            } else {
+                available
+            };
+            for _ in 0..take {
+                match self.pending.pop() {
+                    Some(e) => tracked.push_back(e),
+                    None => break,
+                }
             }
             // Find the finished ones first, then read the clock: every
             // dispatch counted here ended before `observed`. Dispatches of a
