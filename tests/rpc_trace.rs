@@ -8,41 +8,19 @@
 //! library and the emulator in `<target>/debug`), `g++`, `clang-15`, and the
 //! Python `perfetto` package for the checker.
 
+mod rpc_support;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => repo().join(d),
-        None => repo().join("target"),
-    }
-}
+use rpc_support::{build_workload, repo, target_dir};
 
 /// The workload, built once per test binary.
 fn workload() -> &'static PathBuf {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let out = target_dir().join("workloads");
-        let build = Command::new("bash")
-            .arg(repo().join("scripts/build-workloads.sh"))
-            .arg(&out)
-            .output()
-            .expect("bash runs scripts/build-workloads.sh");
-        assert!(
-            build.status.success(),
-            "scripts/build-workloads.sh failed:\n{}{}",
-            String::from_utf8_lossy(&build.stdout),
-            String::from_utf8_lossy(&build.stderr)
-        );
-        out.join("rpc-doorbell")
-    })
+    PROGRAM.get_or_init(build_workload)
 }
 
 struct Traced {

@@ -5,28 +5,19 @@
 //! `<target>` is `CARGO_TARGET_DIR` or `<repo>/target`), `g++` and `clang-15`. The workload is built by
 //! `scripts/build-workloads.sh <target>/workloads`, which rebuilds only what changed.
 
+mod rpc_support;
+
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use rpc_support::{build_workload, target_dir};
+
 /// Longest a run may take before the test kills it and calls it a hang (a lost wake-up).
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `<target>`: `CARGO_TARGET_DIR` (relative to the repository if relative), else `<repo>/target`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => repo().join(d),
-        None => repo().join("target"),
-    }
-}
 
 /// What the tests need, prepared once per test binary.
 #[derive(Debug)]
@@ -58,20 +49,7 @@ fn setup() -> &'static Setup {
         std::os::unix::fs::symlink(&emu, &tmp).unwrap();
         std::fs::rename(&tmp, emu_dir.join("libhsakmt.so.1")).unwrap();
 
-        let out = target.join("workloads");
-        let build = Command::new("bash")
-            .arg(repo().join("scripts/build-workloads.sh"))
-            .arg(&out)
-            .output()
-            .expect("bash runs scripts/build-workloads.sh");
-        assert!(
-            build.status.success(),
-            "scripts/build-workloads.sh failed:\n{}{}",
-            String::from_utf8_lossy(&build.stdout),
-            String::from_utf8_lossy(&build.stderr)
-        );
-        let program = out.join("rpc-doorbell");
-        assert!(program.is_file() && out.join("rpc_kernels.hsaco").is_file());
+        let program = build_workload();
         let scratch = target.join("rpc-workload-tests");
         std::fs::create_dir_all(&scratch).unwrap();
         Setup { emu_dir, program, scratch }
