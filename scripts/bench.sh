@@ -15,7 +15,8 @@ if [ ! -f "$work/bench_kernels.hsaco" ] || [ "$src/bench_kernels.cl" -nt "$work/
   clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \
     "$src/bench_kernels.cl" -o "$work/bench_kernels.hsaco"
 fi
-if [ ! -f "$work/dispatch_bench" ] || [ "$src/dispatch_bench.cpp" -nt "$work/dispatch_bench" ]; then
+if [ ! -f "$work/dispatch_bench" ] || [ "$src/dispatch_bench.cpp" -nt "$work/dispatch_bench" ] \
+   || [ "$src/hsa_test_util.h" -nt "$work/dispatch_bench" ]; then
   g++ -O2 -std=c++17 "$src/dispatch_bench.cpp" -lhsa-runtime64 -ldl -o "$work/dispatch_bench"
 fi
 bash scripts/build-workloads.sh "$work" >/dev/null

@@ -58,7 +58,7 @@ build() {
 build rpc_kernels.hsaco "$out/rpc_kernels.hsaco" "$src/rpc_kernels.cl" -- \
   "$CLANG" -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa "-mcpu=$MCPU" -nogpulib -O2 \
   "$src/rpc_kernels.cl" -o @OUT@
-build rpc-doorbell "$out/rpc-doorbell" "$src/rpc_doorbell.cpp" /usr/include/hsa/hsa.h \
+build rpc-doorbell "$out/rpc-doorbell" "$src/rpc_doorbell.cpp" "$src/hsa_test_util.h" /usr/include/hsa/hsa.h \
   /usr/include/hsa/hsa_ext_amd.h /usr/include/hsa/amd_hsa_signal.h -- \
   "$CXX" -std=c++17 -O2 -g -Wall -Wextra "$src/rpc_doorbell.cpp" -o @OUT@ \
   -lhsa-runtime64 -ldl -lpthread

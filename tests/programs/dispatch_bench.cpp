@@ -24,14 +24,8 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    hsa_status_t s_ = (x);                                                    \
-    if (s_ != HSA_STATUS_SUCCESS) {                                           \
-      fprintf(stderr, "%s:%d: %s failed: 0x%x\n", __FILE__, __LINE__, #x, s_); \
-      exit(2);                                                                \
-    }                                                                         \
-  } while (0)
+#define HSA_TEST_PROGRAM "dispatch_bench"
+#include "hsa_test_util.h"
 
 static hsa_agent_t gpu;
 static bool have_gpu = false;
@@ -53,28 +47,7 @@ static uint64_t now_ns() {
 }
 
 static uint64_t load_kernel(const char* path, const char* name) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    exit(3);
-  }
-  std::vector<char> bytes;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  fclose(f);
-  hsa_code_object_reader_t reader;
-  CHECK(hsa_code_object_reader_create_from_memory(bytes.data(), bytes.size(), &reader));
-  hsa_executable_t exec;
-  CHECK(hsa_executable_create_alt(HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, nullptr, &exec));
-  CHECK(hsa_executable_load_agent_code_object(exec, gpu, reader, nullptr, nullptr));
-  CHECK(hsa_executable_freeze(exec, nullptr));
-  hsa_executable_symbol_t sym;
-  std::string kd = std::string(name) + ".kd";
-  CHECK(hsa_executable_get_symbol_by_name(exec, kd.c_str(), &gpu, &sym));
-  uint64_t object;
-  CHECK(hsa_executable_symbol_get_info(sym, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, &object));
-  return object;
+  return hsa_test_kernel_object(hsa_test_load_code_object(gpu, path), gpu, name);
 }
 
 static void write_dispatch(hsa_queue_t* q, uint64_t object, hsa_signal_t completion) {

@@ -56,16 +56,8 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                                                         \
-  do {                                                                                                   \
-    hsa_status_t status_ = (x);                                                                          \
-    if (status_ != HSA_STATUS_SUCCESS) {                                                                 \
-      const char* msg_ = "?";                                                                            \
-      hsa_status_string(status_, &msg_);                                                                 \
-      fprintf(stderr, "rpc-doorbell: %s:%d: %s: 0x%x %s\n", __FILE__, __LINE__, #x, (unsigned)status_, msg_); \
-      exit(2);                                                                                           \
-    }                                                                                                    \
-  } while (0)
+#define HSA_TEST_PROGRAM "rpc-doorbell"
+#include "hsa_test_util.h"
 
 // --- Options -------------------------------------------------------------------------------------------------
 struct Options {
@@ -343,25 +335,8 @@ static std::string default_code_object() {
 }
 
 static hsa_executable_t load_code_object(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb");
-  if (!f) {
-    fprintf(stderr, "rpc-doorbell: cannot open code object %s: %s (build it with scripts/build-workloads.sh or "
-            "pass --code-object)\n", path.c_str(), strerror(errno));
-    exit(2);
-  }
-  std::vector<char> bytes;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  fclose(f);
-  hsa_code_object_reader_t reader;
-  CHECK(hsa_code_object_reader_create_from_memory(bytes.data(), bytes.size(), &reader));
-  hsa_executable_t exec;
-  CHECK(hsa_executable_create_alt(HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, nullptr, &exec));
-  CHECK(hsa_executable_load_agent_code_object(exec, g_gpu, reader, nullptr, nullptr));
-  CHECK(hsa_executable_freeze(exec, nullptr));
-  CHECK(hsa_code_object_reader_destroy(reader));
-  return exec;
+  return hsa_test_load_code_object(g_gpu, path.c_str(),
+                                   " (build it with scripts/build-workloads.sh or pass --code-object)");
 }
 
 static void dispatch(hsa_queue_t* q, uint64_t kernel_object, void* kernarg, uint32_t lanes, hsa_signal_t done) {

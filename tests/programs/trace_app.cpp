@@ -26,16 +26,8 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    hsa_status_t s_ = (x);                                                        \
-    if (s_ != HSA_STATUS_SUCCESS) {                                               \
-      const char* m_ = "?";                                                       \
-      hsa_status_string(s_, &m_);                                                 \
-      fprintf(stderr, "%s:%d: %s -> 0x%x %s\n", __FILE__, __LINE__, #x, s_, m_);  \
-      exit(2);                                                                    \
-    }                                                                             \
-  } while (0)
+#define HSA_TEST_PROGRAM "trace_app"
+#include "hsa_test_util.h"
 
 static hsa_agent_t g_gpu = {0}, g_cpu = {0};
 static hsa_amd_memory_pool_t g_kernarg_pool;
@@ -70,28 +62,8 @@ static Kernel g_kernels[3] = {{"alpha", 0}, {"beta_kernel", 0}, {"gamma_with_a_l
 static void* g_kernarg = nullptr;
 
 static void load(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    exit(3);
-  }
-  std::vector<char> bytes;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  fclose(f);
-  hsa_code_object_reader_t reader;
-  CHECK(hsa_code_object_reader_create_from_memory(bytes.data(), bytes.size(), &reader));
-  hsa_executable_t exec;
-  CHECK(hsa_executable_create_alt(HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, nullptr, &exec));
-  CHECK(hsa_executable_load_agent_code_object(exec, g_gpu, reader, nullptr, nullptr));
-  CHECK(hsa_executable_freeze(exec, nullptr));
-  for (auto& k : g_kernels) {
-    std::string sym = std::string(k.name) + ".kd";
-    hsa_executable_symbol_t s;
-    CHECK(hsa_executable_get_symbol_by_name(exec, sym.c_str(), &g_gpu, &s));
-    CHECK(hsa_executable_symbol_get_info(s, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, &k.object));
-  }
+  hsa_executable_t exec = hsa_test_load_code_object(g_gpu, path);
+  for (auto& k : g_kernels) k.object = hsa_test_kernel_object(exec, g_gpu, k.name);
 }
 
 static uint16_t header(hsa_packet_type_t type, bool barrier) {
