@@ -679,6 +679,23 @@ unsafe extern "C" fn hook_executable_freeze(
 }
 
 fn record_kernels(s: &'static Session, executable: hsa_executable_t) {
+    type GetInfo = hsa_sys::hsa_executable_symbol_get_info_fn_t;
+    /// One fixed-size attribute of `symbol`, or `None` if the runtime fails.
+    ///
+    /// # Safety
+    /// `T` must be the attribute's type (the runtime writes `size_of::<T>()`
+    /// bytes).
+    unsafe fn info<T: Default>(
+        get: GetInfo,
+        symbol: hsa_executable_symbol_t,
+        attribute: u32,
+    ) -> Option<T> {
+        let mut value = T::default();
+        // SAFETY: the caller guarantees `T` is the attribute's type, so the
+        // runtime writes exactly into `value`.
+        let status = unsafe { get(symbol, attribute, (&mut value as *mut T).cast()) };
+        (status == HSA_STATUS_SUCCESS).then_some(value)
+    }
     unsafe extern "C" fn visit(
         _exec: hsa_executable_t,
         symbol: hsa_executable_symbol_t,
@@ -693,31 +710,17 @@ fn record_kernels(s: &'static Session, executable: hsa_executable_t) {
                 let Some(get) = s.rt.core.hsa_executable_symbol_get_info_fn else {
                     return;
                 };
-                let mut kind = 0u32;
                 // SAFETY: TYPE is a 32-bit hsa_symbol_kind_t.
-                if unsafe {
-                    get(
-                        symbol,
-                        HSA_EXECUTABLE_SYMBOL_INFO_TYPE,
-                        (&mut kind as *mut u32).cast(),
-                    )
-                } != HSA_STATUS_SUCCESS
-                    || kind != HSA_SYMBOL_KIND_KERNEL
-                {
+                let kind = unsafe { info::<u32>(get, symbol, HSA_EXECUTABLE_SYMBOL_INFO_TYPE) };
+                if kind != Some(HSA_SYMBOL_KIND_KERNEL) {
                     return;
                 }
-                let mut len = 0u32;
                 // SAFETY: NAME_LENGTH is a u32.
-                if unsafe {
-                    get(
-                        symbol,
-                        HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
-                        (&mut len as *mut u32).cast(),
-                    )
-                } != HSA_STATUS_SUCCESS
-                {
+                let Some(len) =
+                    (unsafe { info::<u32>(get, symbol, HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH) })
+                else {
                     return;
-                }
+                };
                 // NAME is written without a terminator; leave room anyway.
                 let mut name = vec![0u8; len as usize + 1];
                 // SAFETY: NAME writes `len` bytes into a buffer of `len + 1`.
@@ -732,18 +735,12 @@ fn record_kernels(s: &'static Session, executable: hsa_executable_t) {
                     return;
                 }
                 name.truncate(len as usize);
-                let mut object = 0u64;
                 // SAFETY: KERNEL_OBJECT is a u64.
-                if unsafe {
-                    get(
-                        symbol,
-                        HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
-                        (&mut object as *mut u64).cast(),
-                    )
-                } != HSA_STATUS_SUCCESS
-                {
+                let Some(object) =
+                    (unsafe { info::<u64>(get, symbol, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT) })
+                else {
                     return;
-                }
+                };
                 let name = String::from_utf8_lossy(&name);
                 let name = name.trim_end_matches('\0');
                 s.kernels.insert(object, name);
