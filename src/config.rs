@@ -301,8 +301,9 @@ impl TraceConfig {
             return Ok(None);
         }
         Ok(Some(TraceConfig {
-            // Stats are computed from the kernel trace.
-            kernel_trace: kernel_trace || stats,
+            // Stats are computed from the kernel trace, and serialization is
+            // done by the kernel tracer's interceptor: both imply it.
+            kernel_trace: kernel_trace || stats || serialize_kernels,
             rpc_trace,
             serialize_kernels,
             stats,
@@ -422,6 +423,20 @@ mod tests {
         assert!(err.message.contains("%bogus%"), "{err}");
         assert!(expand_output_name("../x", &facts(), &env(&[])).is_err());
         assert!(OutputFormats::parse("csv,xml").is_err());
+    }
+
+    #[test]
+    fn stats_and_serialization_imply_the_kernel_trace() {
+        for var in ["RPROF_STATS", "RPROF_SERIALIZE_KERNELS"] {
+            let c = TraceConfig::from_source(&env(&[(var, "1")]), &facts())
+                .unwrap()
+                .unwrap();
+            assert!(c.kernel_trace, "{var}");
+        }
+        let c = TraceConfig::from_source(&env(&[("RPROF_RPC_TRACE", "1")]), &facts())
+            .unwrap()
+            .unwrap();
+        assert!(c.rpc_trace && !c.kernel_trace);
     }
 
     #[test]
