@@ -190,13 +190,7 @@ impl CommandProcessor {
         if spec.ring == 0 || spec.read_ptr == 0 || packets == 0 || !packets.is_power_of_two() {
             return None;
         }
-        let slot = {
-            let mut used = self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner());
-            let slot = used.iter().position(|u| !u)?;
-            used[slot] = true;
-            slot
-        };
-        self.doorbells.slots[slot].store(0, Ordering::Release);
+        let slot = self.claim_doorbell()?;
         // SAFETY: ROCr passes the address of `amd_queue_t.read_dispatch_id`, a live, aligned u64 in its queue
         // structure, which outlives the hardware queue.
         let rd = unsafe { &*(spec.read_ptr as *const AtomicU64) }.load(Ordering::Acquire);
@@ -221,6 +215,18 @@ impl CommandProcessor {
         Some((id, &self.doorbells.slots[slot] as *const AtomicU64 as usize))
     }
 
+    /// A free doorbell slot, reset to 0 and marked used.
+    fn claim_doorbell(&self) -> Option<usize> {
+        let slot = {
+            let mut used = self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = used.iter().position(|u| !u)?;
+            used[slot] = true;
+            slot
+        };
+        self.doorbells.slots[slot].store(0, Ordering::Release);
+        Some(slot)
+    }
+
     /// Registers an SDMA queue; returns `(queue id, doorbell, read-index address, write-index address)`.
     pub fn create_sdma_queue(
         &'static self,
@@ -232,13 +238,7 @@ impl CommandProcessor {
         if ring == 0 || ring_bytes < 256 || !ring_bytes.is_power_of_two() {
             return None;
         }
-        let slot = {
-            let mut used = self.doorbell_used.lock().unwrap_or_else(|e| e.into_inner());
-            let slot = used.iter().position(|u| !u)?;
-            used[slot] = true;
-            slot
-        };
-        self.doorbells.slots[slot].store(0, Ordering::Release);
+        let slot = self.claim_doorbell()?;
         let state = crate::sdma::SdmaState::new(ring_bytes as u64);
         let rptr = &*state.read_index as *const AtomicU64 as usize;
         let wptr = &*state.write_index as *const AtomicU64 as usize;

@@ -284,8 +284,9 @@ impl MemoryTable {
         t.allocated.contains_key(&addr)
     }
 
-    /// Records the nodes a range is mapped to.
-    pub fn map_to_nodes(&self, addr: usize, nodes: &[u32]) -> bool {
+    /// Applies `f` to the allocated or registered range containing `addr`;
+    /// false if there is none.
+    fn with_range_mut(&self, addr: usize, f: impl FnOnce(&mut Range)) -> bool {
         let mut t = self.lock();
         let Tables {
             allocated,
@@ -295,12 +296,17 @@ impl MemoryTable {
         for map in [allocated, registered] {
             if let Some((_, r)) = map.range_mut(..=addr).next_back() {
                 if addr < r.base + r.size {
-                    r.mapped_nodes = nodes.into();
+                    f(r);
                     return true;
                 }
             }
         }
         false
+    }
+
+    /// Records the nodes a range is mapped to.
+    pub fn map_to_nodes(&self, addr: usize, nodes: &[u32]) -> bool {
+        self.with_range_mut(addr, |r| r.mapped_nodes = nodes.into())
     }
 
     /// Clears the mapped nodes.
@@ -310,21 +316,7 @@ impl MemoryTable {
 
     /// Sets the user data of the range containing `addr`.
     pub fn set_user_data(&self, addr: usize, data: usize) -> bool {
-        let mut t = self.lock();
-        let Tables {
-            allocated,
-            registered,
-            ..
-        } = &mut *t;
-        for map in [allocated, registered] {
-            if let Some((_, r)) = map.range_mut(..=addr).next_back() {
-                if addr < r.base + r.size {
-                    r.user_data = data;
-                    return true;
-                }
-            }
-        }
-        false
+        self.with_range_mut(addr, |r| r.user_data = data)
     }
 
     /// Live counts.

@@ -513,27 +513,17 @@ impl<S: DispatchSignal> Engine<S> {
         for entry in batch.dispatches.drain(..) {
             // Capacity >= signal pool size, so this succeeds unless the
             // completion thread is far behind; then wait for it (bounded).
-            let Err(mut back) = self.pending.push(entry) else {
-                continue;
-            };
             let deadline = Instant::now() + self.options.pool_wait;
-            loop {
-                self.completion_wake.notify();
-                std::thread::yield_now();
-                match self.pending.push(back) {
-                    Ok(()) => break,
-                    Err(b) if Instant::now() < deadline => back = b,
-                    Err(b) => {
-                        // Cannot track it: its signal is gone with it, and
-                        // nobody will ever complete its record.
-                        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                        queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
-                        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                        self.count_lost(1);
-                        drop(b);
-                        break;
-                    }
-                }
+            if let Err(b) = push_bounded(&self.pending, entry, deadline, || {
+                self.completion_wake.notify()
+            }) {
+                // Cannot track it: its signal is gone with it, and nobody
+                // will ever complete its record.
+                queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.count_lost(1);
+                drop(b);
             }
         }
         // The completion thread parks when nothing is in flight; wake it for
@@ -640,22 +630,9 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     fn push_record_from_app_thread(&self, rec: Record) {
-        if self.records.push(rec).is_ok() {
-            return;
-        }
         let deadline = Instant::now() + Duration::from_millis(100);
-        let mut rec = rec;
-        loop {
-            self.writer_wake.notify();
-            std::thread::yield_now();
-            match self.records.push(rec) {
-                Ok(()) => return,
-                Err(back) if Instant::now() < deadline => rec = back,
-                Err(_) => {
-                    self.count_lost(1);
-                    return;
-                }
-            }
+        if push_bounded(&self.records, rec, deadline, || self.writer_wake.notify()).is_err() {
+            self.count_lost(1);
         }
     }
 
@@ -740,6 +717,30 @@ pub fn clamp_times(
     let s = start.clamp(enqueue_ns, hi);
     let e = end.clamp(s, hi);
     ((s, e), s != start, e != end)
+}
+
+/// Pushes `item`, retrying (after `wake`, which asks the consumer to drain,
+/// and a yield) until `deadline`; gives the item back if the queue stayed
+/// full. An app thread never waits longer than that for rprof.
+fn push_bounded<T>(
+    queue: &ArrayQueue<T>,
+    item: T,
+    deadline: Instant,
+    wake: impl Fn(),
+) -> Result<(), T> {
+    let mut item = match queue.push(item) {
+        Ok(()) => return Ok(()),
+        Err(back) => back,
+    };
+    loop {
+        wake();
+        std::thread::yield_now();
+        match queue.push(item) {
+            Ok(()) => return Ok(()),
+            Err(back) if Instant::now() < deadline => item = back,
+            Err(back) => return Err(back),
+        }
+    }
 }
 
 #[cfg(test)]
