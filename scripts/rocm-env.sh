@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Runs a command on one of the ROCm runtimes rprof is tested on.
+#
+#   scripts/rocm-env.sh VERSION [-- COMMAND ARGS...]
+#
+# VERSION  runtime                                   where
+#   5.2    ROCr 5.2.3, HIP 5.2.3 (Debian 12)          this machine ("/")
+#   6.1    ROCr 6.1.2, HIP 5.7.1 (Debian trixie)      a debootstrap root
+#   6.4    ROCr 6.4.3, HIP 6.4.3 (Debian sid)         a debootstrap root
+#
+# The first call for 6.1 or 6.4 builds the root (debootstrap + apt, a few minutes, needs root and Debian's
+# package registry) and caches it under $RPROF_ROCM_ROOTS (default /var/cache/rprof-rocm), keyed by the suite
+# and the package list below: change the list and the next call builds a fresh root (and drops the old one).
+# COMMAND runs inside the root in a private mount namespace, with /proc, /sys, /dev, the repository, /tmp and
+# $HOME bind-mounted at the same paths, in the current working directory and with the caller's environment;
+# its exit status is passed through. Without COMMAND the root's path is printed.
+set -euo pipefail
+
+usage() { echo "usage: $0 5.2|6.1|6.4 [-- COMMAND ARGS...]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+version=$1; shift
+if [ $# -gt 0 ]; then
+  [ "$1" = "--" ] || usage
+  shift
+  [ $# -gt 0 ] || usage
+fi
+
+# What each root holds: the runtime and its headers, HIP and hipcc (with the AMDGPU clang it depends on), the
+# device libraries, a C++ compiler, rocminfo, and a ROCm library (rocRAND) to test on code we did not write.
+common=(libhsa-runtime64-1 libhsa-runtime-dev hipcc libamdhip64-dev g++ make rocminfo librocrand-dev)
+case "$version" in
+  5.2)
+    if [ $# -eq 0 ]; then echo /; exit 0; fi
+    exec "$@" ;;
+  6.1) suite=trixie; pkgs=("${common[@]}" rocm-device-libs-17 libhsakmt-dev) ;;
+  6.4) suite=sid; pkgs=("${common[@]}" rocm-device-libs-21) ;;
+  *) echo "rocm-env: unknown runtime '$version' (expected 5.2, 6.1 or 6.4)" >&2; exit 2 ;;
+esac
+
+if [ "$(id -u)" != 0 ]; then
+  echo "rocm-env: the $version root needs root (debootstrap, chroot and bind mounts); run with sudo" >&2
+  exit 2
+fi
+
+cache=${RPROF_ROCM_ROOTS:-/var/cache/rprof-rocm}
+recipe="v1 $suite ${pkgs[*]}"
+key=$(printf '%s' "$recipe" | sha256sum | cut -c1-12)
+root="$cache/$suite-$key"
+mirror=${RPROF_DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+  mirror=$(grep -rhoE '^(URIs:|deb) *https?://[^ ]*debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null \
+    | grep -oE 'https?://[^ ]*' | head -n1 || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+fi
+
+build_root() {
+  local tmp="$root.partial"
+  echo "rocm-env: building the ROCm $version root ($suite) in $root (takes a few minutes, once)" >&2
+  command -v debootstrap >/dev/null || {
+    echo "rocm-env: installing debootstrap" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  }
+  # A base system left by an interrupted build is reused; the apt step below is idempotent.
+  if [ ! -f "$tmp/.rprof-debootstrap-done" ]; then
+    rm -rf "$tmp"
+    debootstrap --variant=minbase "$suite" "$tmp" "$mirror" >"$cache/$suite.debootstrap.log" 2>&1 || {
+      echo "rocm-env: debootstrap $suite failed; last lines of $cache/$suite.debootstrap.log:" >&2
+      tail -n 20 "$cache/$suite.debootstrap.log" >&2; exit 1; }
+    touch "$tmp/.rprof-debootstrap-done"
+  fi
+  # sid's Release file can carry an expired Valid-Until on the registry served here.
+  echo 'Acquire::Check-Valid-Until "false";' >"$tmp/etc/apt/apt.conf.d/99rprof-no-valid-until"
+  printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"; chmod +x "$tmp/usr/sbin/policy-rc.d"
+  local log="$cache/$suite.apt.log"
+  if ! unshare -m --propagation private sh -c '
+      mount -t proc proc "$1/proc" && mount --rbind /dev "$1/dev" && shift &&
+      chroot "$0" env DEBIAN_FRONTEND=noninteractive sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends $*"
+    ' "$tmp" "$tmp" "${pkgs[@]}" >"$log" 2>&1; then
+    echo "rocm-env: apt-get install in the $suite root failed; last lines of $log:" >&2
+    tail -n 20 "$log" >&2; exit 1
+  fi
+  chroot "$tmp" apt-get clean
+  echo "$recipe" >"$tmp/.rprof-rocm-recipe"
+  mv "$tmp" "$root"
+  # Roots of older package lists for this suite are stale now.
+  find "$cache" -maxdepth 1 -name "$suite-*" ! -name "$suite-$key" ! -name '*.log' -exec rm -rf {} + 2>/dev/null || true
+  echo "rocm-env: $version root ready" >&2
+}
+
+mkdir -p "$cache"
+if [ ! -f "$root/.rprof-rocm-recipe" ]; then
+  exec 9>"$cache/$suite.lock"
+  flock 9
+  [ -f "$root/.rprof-rocm-recipe" ] || build_root
+  flock -u 9
+fi
+
+if [ $# -eq 0 ]; then echo "$root"; exit 0; fi
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# The mounts live in a private namespace and vanish with the command; the command's status is the script's.
+exec unshare -m --propagation private bash -c '
+  root=$1 repo=$2 cwd=$3; shift 3
+  mount -t proc proc "$root/proc"
+  mount --rbind /sys "$root/sys"
+  mount --rbind /dev "$root/dev"
+  for d in "$repo" /tmp "${HOME:-/root}"; do
+    [ -d "$d" ] || continue
+    mkdir -p "$root$d"
+    mount --rbind "$d" "$root$d"
+  done
+  exec chroot "$root" /bin/sh -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
+' rocm-env "$root" "$repo" "$PWD" "$@"
