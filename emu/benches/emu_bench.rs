@@ -4,7 +4,7 @@ use std::process::Command;
 
 fn main() {
     let lib =
-        hsakmt::test_support::library_dir().expect("libhsakmt.so built (cargo bench builds it)");
+        rprof_emu::test_support::library_dir().expect("libhsakmt.so built (cargo bench builds it)");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/emu_bench.cpp");
     let exe = lib.join("emu_bench");
     let status = Command::new("g++")

@@ -1,11 +1,13 @@
-//! rprof-emu: an emulated AMD GPU, built as a replacement `libhsakmt.so.1` (the ROCr "thunk").
+//! rprof-emu: the device core of rprof's emulated AMD GPU, shared by its front-ends: `libhsakmt.so.1`
+//! (crate `rprof-emu-thunk`, for runtimes that load the thunk as a library) and the KFD preload library
+//! (crate `rprof-emu-kfd`, for runtimes with the thunk built in).
 //!
 //! The real ROCr 5.2.3 (and HIP on top of it) runs unmodified over this library when it comes first on
 //! `LD_LIBRARY_PATH`. It owns everything below ROCr (topology, memory, events, queues, the command processor)
 //! and must not touch ROCr itself or the tracer: it is only the test device, loaded by the runtime like a driver.
 //! How the pieces fit:
 //!
-//! * [`thunk`] exports the 42 `hsaKmt*` functions ROCr imports, with the C signatures of `hsakmt.h`, all versioned
+//! * `rprof-emu-thunk` (a separate crate) exports the 42 `hsaKmt*` functions ROCr imports, with the C signatures of `hsakmt.h`, all versioned
 //!   `HSAKMT_1`. Each wraps its body in `catch_unwind` and translates to and from the KFD structs of
 //!   [`hsa_sys::hsakmt`].
 //! * [`Emulator`] is the process-wide machine, created on first use from the [`config::Config`] read from the
@@ -21,7 +23,7 @@
 //! * [`clock`] defines the system and GPU clocks; [`test_support`] builds the `LD_LIBRARY_PATH` directory for tests.
 //!
 //! # Safety
-//! Unsafe code lives at the FFI edge ([`thunk`], [`capi`]) and where the emulator plays hardware on memory shared
+//! Unsafe code lives at the FFI edge (the front-end crates, [`capi`]) and where the emulator plays hardware on memory shared
 //! with ROCr ([`cp`], [`memory`]); each block states its reasoning.
 #![deny(missing_docs)]
 
@@ -34,7 +36,6 @@ pub mod kernels;
 pub mod memory;
 pub mod sdma;
 pub mod test_support;
-pub mod thunk;
 pub mod topology;
 
 use std::sync::OnceLock;

@@ -208,7 +208,7 @@ fn kernels_share_compute_units_and_respect_the_barrier_bit() {
 
 #[test]
 fn config_file_selects_the_machine() {
-    let dir = hsakmt::test_support::profile_dir()
+    let dir = rprof_emu::test_support::profile_dir()
         .unwrap()
         .join("emu-config-test");
     std::fs::create_dir_all(&dir).unwrap();

@@ -16,7 +16,7 @@ pub fn programs_dir() -> PathBuf {
 }
 
 fn cache_dir() -> PathBuf {
-    let dir = hsakmt::test_support::profile_dir()
+    let dir = rprof_emu::test_support::profile_dir()
         .expect("libhsakmt.so next to the test binary")
         .join("emu-programs");
     std::fs::create_dir_all(&dir).unwrap();
@@ -53,7 +53,7 @@ pub fn build_cached(name: &str, inputs: &[&Path], make: impl Fn(&Path) -> Comman
 /// Directory to put on `LD_LIBRARY_PATH`.
 pub fn lib_dir() -> PathBuf {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    hsakmt::test_support::library_dir().expect("emulator library dir")
+    rprof_emu::test_support::library_dir().expect("emulator library dir")
 }
 
 /// The OpenCL test kernels, compiled for `mcpu`.

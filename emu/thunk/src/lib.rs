@@ -1,3 +1,7 @@
+//! rprof-emu-thunk: the emulated GPU's front-end for runtimes that load the thunk as a shared library
+//! (ROCr 5.2.3 and 6.1.2), built as `libhsakmt.so` with SONAME `libhsakmt.so.1`. The device itself is
+//! [`rprof_emu`]; this crate only translates.
+//!
 //! The exported `hsaKmt*` functions: the 42 that ROCr 5.2.3 imports, with `hsakmt.h`'s C signatures.
 //!
 //! # Safety
@@ -9,10 +13,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use hsa_sys::hsakmt::*;
 use libc::c_void;
 
-use crate::clock;
-use crate::cp::QueueSpec;
-use crate::events::EventError;
-use crate::{emulator, Emulator};
+use rprof_emu::clock;
+use rprof_emu::cp::QueueSpec;
+use rprof_emu::events::EventError;
+use rprof_emu::{emulator, Emulator};
 
 fn guard(f: impl FnOnce() -> HSAKMT_STATUS) -> HSAKMT_STATUS {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(HSAKMT_STATUS_ERROR)
@@ -341,7 +345,7 @@ pub unsafe extern "C" fn hsaKmtGetTileConfig(
             if !c.MacroTileConfig.is_null() {
                 std::ptr::write_bytes(c.MacroTileConfig, 0, c.NumMacroTileConfigs as usize);
             }
-            c.GbAddrConfig = crate::topology::GB_ADDR_CONFIG;
+            c.GbAddrConfig = rprof_emu::topology::GB_ADDR_CONFIG;
             c.NumBanks = 16;
             c.NumRanks = 1;
         }
@@ -612,8 +616,8 @@ pub unsafe extern "C" fn hsaKmtQueryPointerInfo(
             }
             Some(r) => {
                 out.Type = match r.kind {
-                    crate::memory::RangeKind::Allocated => HSA_POINTER_ALLOCATED,
-                    crate::memory::RangeKind::RegisteredUser => HSA_POINTER_REGISTERED_USER,
+                    rprof_emu::memory::RangeKind::Allocated => HSA_POINTER_ALLOCATED,
+                    rprof_emu::memory::RangeKind::RegisteredUser => HSA_POINTER_REGISTERED_USER,
                 };
                 out.Node = r.node;
                 out.MemFlags.__bindgen_anon_1.Value = r.flags;
