@@ -1,4 +1,4 @@
-//! `cargo bench -p rprof-emu`: builds `emu_bench.cpp` against the real ROCr and runs it over the emulator, printing
+//! `cargo bench -p rprof-emu` (after `cargo build -p rprof-emu-thunk`): builds `emu_bench.cpp` against the real ROCr and runs it over the emulator, printing
 //! round-trip latency, dispatch throughput (1 and 4 queues) and idle CPU. Figures, not assertions.
 use std::process::Command;
 

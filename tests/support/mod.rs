@@ -4,7 +4,7 @@
 //! and reads the outputs back.
 //!
 //! The libraries and `rprof` are built by a nested `cargo build -p rprof-tool
-//! -p rprof-emu` into `<target>/kernel-trace-tests/cargo` (a target directory
+//! -p rprof-emu-thunk` into `<target>/kernel-trace-tests/cargo` (a target directory
 //! of its own, because the outer `cargo test` holds the lock of the main
 //! one), so `cargo test --workspace` needs no prior build and never runs
 //! stale libraries. Programs are built with `clang-15` (kernels, an AMDGPU
@@ -87,7 +87,7 @@ pub fn artifacts() -> &'static Artifacts {
             .args(["build", "-p", "rprof-tool"])
             .env("CARGO_TARGET_DIR", &cargo_target);
         if emu_override.is_none() {
-            build.args(["-p", "rprof-emu"]);
+            build.args(["-p", "rprof-emu-thunk"]);
         }
         run_checked(
             &mut build,
