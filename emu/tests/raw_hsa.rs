@@ -1,4 +1,5 @@
-//! Runs the raw-HSA program (`programs/hsa_raw.cpp`) on the real Debian ROCr 5.2.3 over the emulated GPU.
+//! Runs the raw-HSA program (`programs/hsa_raw.cpp`) on the real ROCr that `RPROF_TEST_ROCM` selects (5.2.3 by
+//! default; see `common`) over the emulated GPU.
 mod common;
 
 use common::{code_object, hsa_raw, run};
@@ -180,9 +181,8 @@ fn signal_event_limit_falls_back() {
 #[test]
 fn bad_configuration_is_refused() {
     let program = hsa_raw();
-    let out = std::process::Command::new(&program)
+    let out = common::run_command(&program)
         .arg("topology")
-        .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("RPROF_EMU_GPUS", "gfx4242")
         .output()
         .unwrap();
@@ -208,9 +208,7 @@ fn kernels_share_compute_units_and_respect_the_barrier_bit() {
 
 #[test]
 fn config_file_selects_the_machine() {
-    let dir = rprof_emu::test_support::profile_dir()
-        .unwrap()
-        .join("emu-config-test");
+    let dir = common::rocm_runtime::target_dir().join("emu-config-test");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("emu.conf");
     std::fs::write(
