@@ -16,6 +16,8 @@
 //! These are FFI entry points: pointers come from ROCr, which follows `hsakmt.h`. Each function checks pointers
 //! for null before use, runs its body under `catch_unwind` and returns `HSAKMT_STATUS_ERROR` if it panicked.
 
+#![deny(missing_docs)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use hsa_sys::hsakmt::*;
