@@ -1131,25 +1131,20 @@ mod tests {
         // ROCr's first sleep passes age 1: nothing fired yet, so the wait times out and the age stays.
         let mut age = 1u64;
         // SAFETY: live events, writable age.
-        assert_eq!(
-            unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) },
-            HSAKMT_STATUS_WAIT_TIMEOUT
-        );
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_WAIT_TIMEOUT);
         assert_eq!(age, 1);
         // SAFETY: live event.
-        assert_eq!(unsafe { hsaKmtSetEvent(sig) }, HSAKMT_STATUS_SUCCESS);
+        let got = unsafe { hsaKmtSetEvent(sig) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!(age, 2);
         // The fire was consumed; with the current age the next wait sleeps (times out).
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { hsaKmtWaitOnEvent_Ext(sig, 1, &mut age) },
-            HSAKMT_STATUS_WAIT_TIMEOUT
-        );
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 1, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_WAIT_TIMEOUT);
         // Wait-any on a memory event and the signal event with its current age: the memory event's entry is not
         // an age (ages are for signal events only), so its stale-looking 1 neither wakes nor is written.
         let mut ages = [1u64, 2];
@@ -1177,7 +1172,8 @@ mod tests {
         assert_eq!(s, HSAKMT_STATUS_WAIT_TIMEOUT);
         for ev in [sig, mem] {
             // SAFETY: created above, destroyed once.
-            assert_eq!(unsafe { hsaKmtDestroyEvent(ev) }, HSAKMT_STATUS_SUCCESS);
+            let got = unsafe { hsaKmtDestroyEvent(ev) };
+            assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         }
     }
 
@@ -1185,71 +1181,58 @@ mod tests {
     fn version_capabilities_and_available_memory() {
         let mut v = HsaVersionInfo::default();
         // SAFETY: writable struct.
-        assert_eq!(unsafe { hsaKmtGetVersion(&mut v) }, HSAKMT_STATUS_SUCCESS);
+        let got = unsafe { hsaKmtGetVersion(&mut v) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!(
             (v.KernelInterfaceMajorVersion, v.KernelInterfaceMinorVersion),
             (1, 14)
         );
         let mut caps = 0xdead_beef_u32;
         // SAFETY: writable mask.
-        assert_eq!(
-            unsafe { hsaKmtGetRuntimeCapabilities(&mut caps) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtGetRuntimeCapabilities(&mut caps) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!(caps, 0);
         let e = emulator().unwrap();
         let mut free = 0u64;
         // SAFETY: writable out value.
-        assert_eq!(
-            unsafe { hsaKmtAvailableMemory(1, &mut free) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtAvailableMemory(1, &mut free) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!(
             free,
             e.topology.vram_bytes - e.memory.allocated_bytes_on(1) as u64
         );
         assert!(
-            free > 8 * 140 << 20,
+            free > (8 * 140) << 20,
             "ROCr 6.1.2 reserves scratch above this"
         );
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { hsaKmtAvailableMemory(0, &mut free) },
-            HSAKMT_STATUS_INVALID_NODE_UNIT
-        );
+        let got = unsafe { hsaKmtAvailableMemory(0, &mut free) };
+        assert_eq!(got, HSAKMT_STATUS_INVALID_NODE_UNIT);
     }
 
     #[test]
     fn node_properties_have_the_6x_fields_and_a_device_handle() {
         let mut p = v6::HsaNodeProperties::default();
         // SAFETY: writable struct of the 6.x layout.
-        assert_eq!(
-            unsafe { hsaKmtGetNodeProperties(1, &mut p) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtGetNodeProperties(1, &mut p) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!(p.NumXcc, 1);
         assert_eq!(p.KFDGpuID, 0x3f81);
         assert_eq!(p.FamilyID, 141);
         assert_eq!(p.Integrated, 0);
         assert_eq!(p.DeviceId, 0x740f);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { hsaKmtGetNodeProperties(0, &mut p) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtGetNodeProperties(0, &mut p) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         assert_eq!((p.NumXcc, p.KFDGpuID), (0, 0));
         let mut h: v6::HsaAMDGPUDeviceHandle = std::ptr::null_mut();
         // SAFETY: writable handle.
-        assert_eq!(
-            unsafe { hsaKmtGetAMDGPUDeviceHandle(1, &mut h) },
-            HSAKMT_STATUS_SUCCESS
-        );
+        let got = unsafe { hsaKmtGetAMDGPUDeviceHandle(1, &mut h) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
         let mut info = std::mem::MaybeUninit::<drm::AmdgpuGpuInfo>::zeroed();
         // SAFETY: our handle and a writable info struct.
-        assert_eq!(
-            unsafe { drm::amdgpu_query_gpu_info(h, info.as_mut_ptr()) },
-            0
-        );
+        let got = unsafe { drm::amdgpu_query_gpu_info(h, info.as_mut_ptr()) };
+        assert_eq!(got, 0);
         // SAFETY: zero-initialised and then written by the call.
         let info = unsafe { info.assume_init() };
         assert_eq!(info.gpu_counter_freq, 100_000);
@@ -1257,11 +1240,10 @@ mod tests {
         let name = unsafe { std::ffi::CStr::from_ptr(drm::amdgpu_get_marketing_name(h)) };
         assert_eq!(name.to_str().unwrap(), "Emulated AMD Instinct MI210");
         // SAFETY: our handle: no DRM file.
-        assert_eq!(unsafe { drm::amdgpu_device_get_fd(h) }, -1);
+        let got = unsafe { drm::amdgpu_device_get_fd(h) };
+        assert_eq!(got, -1);
         // SAFETY: writable handle.
-        assert_eq!(
-            unsafe { hsaKmtGetAMDGPUDeviceHandle(0, &mut h) },
-            HSAKMT_STATUS_INVALID_NODE_UNIT
-        );
+        let got = unsafe { hsaKmtGetAMDGPUDeviceHandle(0, &mut h) };
+        assert_eq!(got, HSAKMT_STATUS_INVALID_NODE_UNIT);
     }
 }
