@@ -165,8 +165,17 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarding the caller's arguments unchanged.
         None => unsafe { real::ioctl(fd, request, arg) },
         Some(kind) => guard(-1, || match crate::emu() {
-            // SAFETY: `arg` is the request's struct (the caller's contract).
-            Some(emu) => unsafe { device::ioctl(emu, kind, request, arg) },
+            Some(emu) => {
+                // SAFETY: `arg` is the request's struct (the caller's contract).
+                let r = unsafe { device::ioctl(emu, kind, request, arg) };
+                if r < 0 && emu.config.log {
+                    eprintln!(
+                        "rprof-emu-kfd: ioctl {request:#x} failed: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                r
+            }
             None => real::fail(libc::ENODEV),
         }),
     }

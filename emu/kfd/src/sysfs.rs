@@ -157,8 +157,8 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
             &nd.join("name"),
             &format!("{}\n", node.gpu.map_or("", |g| g.model.name)),
         )?;
-        let props = t.node_properties(id).expect("node exists");
-        let banks: Vec<HsaMemoryProperties> = t
+        let mut props = t.node_properties(id).expect("node exists");
+        let mut banks: Vec<HsaMemoryProperties> = t
             .memory_banks(id)
             .into_iter()
             .filter(|b| {
@@ -167,6 +167,19 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
                     || b.HeapType == HSA_HEAPTYPE_FRAME_BUFFER_PRIVATE
             })
             .collect();
+        if node.cpu_cores > 0 && node.gpu.is_some() {
+            // An APU node: ROCr >= 6.2 wants a local (frame-buffer) heap on every GPU agent, as KFD reports for
+            // the carve-out of real APUs.
+            let mut fb = HsaMemoryProperties {
+                HeapType: HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC,
+                Width: 64,
+                MemoryClockMax: 1600,
+                ..Default::default()
+            };
+            fb.__bindgen_anon_1.SizeInBytes = t.vram_bytes;
+            banks.push(fb);
+            props.LocalMemSize = t.vram_bytes;
+        }
         let caches = t.caches(id);
         let links = t.io_links(id);
         put(
