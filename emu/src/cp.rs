@@ -465,6 +465,25 @@ pub unsafe fn signal_complete(emu: &Emulator, handle: u64, delta: i64, ticks: Op
     unsafe { signal_interrupt(emu, handle) };
 }
 
+/// AMD vendor packet format of `hsa_amd_barrier_value_packet_t` (HIP >= 6 submits it as its marker).
+const AMD_FORMAT_BARRIER_VALUE: u8 = hsa_sys::HSA_AMD_PACKET_TYPE_BARRIER_VALUE as u8;
+
+/// Whether a barrier-value packet may retire: no signal, or `(value & mask) cond value` holds.
+fn barrier_value_ready(p: &hsa_sys::hsa_amd_barrier_value_packet_t) -> bool {
+    if p.signal.handle == 0 {
+        return true;
+    }
+    // SAFETY: the dependency signal of a submitted packet is a live signal.
+    let v = unsafe { signal_value(p.signal.handle) }.load(Ordering::Acquire) & p.mask;
+    match p.cond {
+        hsa_sys::HSA_SIGNAL_CONDITION_EQ => v == p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_NE => v != p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_LT => v < p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_GTE => v >= p.value,
+        _ => true,
+    }
+}
+
 fn ring_packet(q: &HwQueue, index: u64) -> usize {
     q.ring + (index & q.mask) as usize * PACKET_BYTES
 }
@@ -600,6 +619,12 @@ impl CpThread {
         unsafe { &*(q.read_ptr as *const AtomicU64) }.store(q.rd, Ordering::Release);
     }
 
+    /// The AMD vendor format byte of a vendor-specific packet (byte 2 of `amd_vendor_packet_header_t`).
+    fn amd_format(slot: usize) -> u8 {
+        // SAFETY: `slot` is a packet of a live ring whose header was acquire-loaded by the caller.
+        unsafe { std::ptr::read_volatile((slot + 2) as *const u8) }
+    }
+
     fn queue_profiling(q: &HwQueue) -> bool {
         // SAFETY: `amd_queue` is the live `amd_queue_t` of a registered queue.
         let props = unsafe {
@@ -690,6 +715,24 @@ impl CpThread {
                         deps.clone().next().is_none() || done.any(|d| d)
                     };
                     if !ready {
+                        return progress;
+                    }
+                    let now = now_ns();
+                    let ticks =
+                        Self::queue_profiling(q).then(|| (gpu_ticks_at(now), gpu_ticks_at(now)));
+                    Self::consume(q);
+                    // SAFETY: the completion signal of a submitted packet is 0 or a live signal.
+                    unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
+                    self.cp.stats.barriers.fetch_add(1, Ordering::Relaxed);
+                }
+                TYPE_VENDOR_SPECIFIC if Self::amd_format(slot) == AMD_FORMAT_BARRIER_VALUE => {
+                    // SAFETY: a valid header was acquire-loaded, so the packet body is visible; the ring is live.
+                    let p = unsafe {
+                        std::ptr::read_volatile(
+                            slot as *const hsa_sys::hsa_amd_barrier_value_packet_t,
+                        )
+                    };
+                    if !barrier_value_ready(&p) {
                         return progress;
                     }
                     let now = now_ns();
