@@ -710,24 +710,45 @@ fn create_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int
         return Err(libc::EINVAL);
     }
     const COMPUTE_AQL: u32 = 2;
-    if q.queue_type != COMPUTE_AQL {
-        // No SDMA or PM4 queues: ROCr falls back to blit kernels for copies.
-        log(
-            emu,
-            format_args!(
-                "refusing queue type {} (only AQL compute queues)",
-                q.queue_type
-            ),
-        );
-        return Err(libc::EINVAL);
-    }
-    let spec = QueueSpec {
-        node,
-        ring: q.ring_base as usize,
-        ring_bytes: q.ring_size as usize,
-        read_ptr: q.read_pointer as usize,
+    const SDMA: u32 = 1;
+    const SDMA_XGMI: u32 = 3;
+    let (id, doorbell) = match q.queue_type {
+        COMPUTE_AQL => {
+            let spec = QueueSpec {
+                node,
+                ring: q.ring_base as usize,
+                ring_bytes: q.ring_size as usize,
+                read_ptr: q.read_pointer as usize,
+            };
+            emu.cp.create_queue(emu, spec).ok_or(libc::ENOMEM)?
+        }
+        // With RPROF_EMU_SDMA=1 the core's SDMA engine serves them (publishing the read index where the thunk
+        // reads it); otherwise, as without free engines, ROCr falls back to blit kernels.
+        SDMA | SDMA_XGMI if emu.config.sdma => {
+            let rptr = q.read_pointer as usize;
+            if rptr == 0 || rptr % 8 != 0 {
+                return Err(libc::EINVAL);
+            }
+            let (id, doorbell, _, _) = emu
+                .cp
+                .create_sdma_queue_publishing(
+                    emu,
+                    node,
+                    q.ring_base as usize,
+                    q.ring_size as usize,
+                    rptr,
+                )
+                .ok_or(libc::ENOMEM)?;
+            (id, doorbell)
+        }
+        other => {
+            log(
+                emu,
+                format_args!("refusing queue type {other} (SDMA only with RPROF_EMU_SDMA=1)"),
+            );
+            return Err(libc::ENOMEM);
+        }
     };
-    let (id, doorbell) = emu.cp.create_queue(emu, spec).ok_or(libc::ENOMEM)?;
     let Some(slot) = emu.cp.doorbell_slot(doorbell) else {
         emu.cp.destroy_queue(id);
         return Err(libc::ENOMEM);
