@@ -33,9 +33,6 @@ use crate::fds::FdKind;
 use crate::real;
 use crate::sysfs::{gpu_id, node_of_gpu_id};
 
-/// KFD interface version reported by `GET_VERSION`.
-pub const KFD_VERSION: (u32, u32) = (1, 13);
-
 const MMAP_TYPE_SHIFT: u32 = 62;
 const MMAP_TYPE_DOORBELL: u64 = 3;
 const MMAP_TYPE_EVENTS: u64 = 2;
@@ -372,10 +369,8 @@ pub unsafe fn ioctl(
     match number {
         nr::GET_VERSION => {
             let _ = args!(GetVersion);
-            reply!(GetVersion {
-                major: KFD_VERSION.0,
-                minor: KFD_VERSION.1
-            })
+            let (major, minor) = emu.config.kfd_version;
+            reply!(GetVersion { major, minor })
         }
         nr::GET_PROCESS_APERTURES_NEW => {
             let mut a = args!(AperturesNew);
@@ -563,18 +558,37 @@ pub unsafe fn ioctl(
         }
         nr::WAIT_EVENTS => {
             let mut w = args!(WaitEvents);
-            let mut ids = Vec::with_capacity(w.num_events as usize);
-            for i in 0..w.num_events as usize {
+            let n = w.num_events as usize;
+            let events = w.events_ptr as *mut EventData;
+            let mut ids = Vec::with_capacity(n);
+            let mut ages = Vec::with_capacity(n);
+            let aged = emu.config.kfd_version.1 >= 14;
+            for i in 0..n {
                 // SAFETY: the caller's array has `num_events` entries.
-                let d: EventData =
-                    unsafe { std::ptr::read_unaligned((w.events_ptr as *const EventData).add(i)) };
+                let d: EventData = unsafe { std::ptr::read_unaligned(events.add(i)) };
                 ids.push(d.event_id);
+                // Signal events carry `last_event_age` first in the union (KFD >= 1.14); others carry no age.
+                ages.push(if aged && d.event_id < EVENT_SLOTS {
+                    d.payload[0]
+                } else {
+                    0
+                });
             }
             let timeout = match w.timeout {
                 u32::MAX => u32::MAX,
                 t => t.min(0x7FFF_FFFF),
             };
-            let r = emu.events.wait(&ids, w.wait_for_all != 0, timeout);
+            let r = emu
+                .events
+                .wait_aged(&ids, &mut ages, w.wait_for_all != 0, timeout);
+            if r.is_ok() && aged {
+                for (i, age) in ages.iter().enumerate() {
+                    if ids[i] < EVENT_SLOTS && *age != 0 {
+                        // SAFETY: as above; the age is the first u64 of entry `i`.
+                        unsafe { std::ptr::write_unaligned(events.add(i) as *mut u64, *age) };
+                    }
+                }
+            }
             w.wait_result = match r {
                 Ok(()) => 0,
                 Err(EventError::Timeout) => 1,
