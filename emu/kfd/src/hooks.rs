@@ -54,7 +54,8 @@ fn open_ours(path: &CStr) -> Option<c_int> {
 
 fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     if path.is_null() {
-        return real::openat(dirfd, path, flags, mode);
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { real::openat(dirfd, path, flags, mode) };
     }
     // SAFETY: a non-null path from the caller is a NUL-terminated string.
     let p = unsafe { CStr::from_ptr(path) };
@@ -64,10 +65,12 @@ fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) ->
         }
         let mut buf = [0u8; 4096];
         if let Some(redirected) = sysfs::redirect(p, &mut buf) {
-            return real::openat(libc::AT_FDCWD, redirected.as_ptr(), flags, mode);
+            // SAFETY: a NUL-terminated path in our buffer.
+            return unsafe { real::openat(libc::AT_FDCWD, redirected.as_ptr(), flags, mode) };
         }
     }
-    real::openat(dirfd, path, flags, mode)
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { real::openat(dirfd, path, flags, mode) }
 }
 
 fn mode_of(flags: c_int, mode: c_uint) -> c_uint {
@@ -313,7 +316,10 @@ fn with_path<T>(path: *const c_char, f: impl FnOnce(*const c_char) -> T) -> T {
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: forwarding (with a redirected path for ours).
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_fopen(p, mode) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_fopen(p, mode) }
+        })
     })
 }
 
@@ -325,7 +331,10 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: forwarding.
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_fopen64(p, mode) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_fopen64(p, mode) }
+        })
     })
 }
 
@@ -337,7 +346,10 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     // SAFETY: forwarding.
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_opendir(p) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_opendir(p) }
+        })
     })
 }
 
