@@ -403,6 +403,154 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     guard(-1, || with_path(path, |p| unsafe { next_access(p, mode) }))
 }
 
+next_fn!(
+    NEXT_STATX,
+    next_statx,
+    c"statx",
+    fn(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FSTATAT,
+    next_fstatat,
+    c"fstatat",
+    fn(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FSTATAT64,
+    next_fstatat64,
+    c"fstatat64",
+    fn(dirfd: c_int, path: *const c_char, buf: *mut libc::stat64, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FACCESSAT,
+    next_faccessat,
+    c"faccessat",
+    fn(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_XSTAT,
+    next_xstat,
+    c"__xstat",
+    fn(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_LXSTAT,
+    next_lxstat,
+    c"__lxstat",
+    fn(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int,
+    -1
+);
+
+/// `statx` (what current coreutils and libstdc++ use to stat).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    buf: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding (with a redirected absolute path for ours).
+            unsafe { next_statx(dirfd, p, flags, mask, buf) }
+        })
+    })
+}
+
+/// `fstatat`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_fstatat(dirfd, p, buf, flags) }
+        })
+    })
+}
+
+/// `fstatat64`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_fstatat64(dirfd, p, buf, flags) }
+        })
+    })
+}
+
+/// `faccessat`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_faccessat(dirfd, p, mode, flags) }
+        })
+    })
+}
+
+/// `__xstat` (binaries built against glibc < 2.33).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_xstat(ver, p, buf) }
+        })
+    })
+}
+
+/// `__lxstat` (binaries built against glibc < 2.33).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_lxstat(ver, p, buf) }
+        })
+    })
+}
+
 /// Checks once, at load, that our hooks are what the process resolves; prints a loud error otherwise.
 extern "C" fn self_check() {
     let _ = catch_unwind(|| {

@@ -1,8 +1,10 @@
 //! The KFD sysfs topology, generated from the device core's [`Topology`], and the path redirection that serves it.
 //!
 //! The tree is written once, on first need, into a fresh directory that `mkdtemp` creates with mode 0700 and an
-//! unpredictable name under `$XDG_RUNTIME_DIR` (if it is an absolute path) or `/tmp`; nothing at a fixed path is
-//! created or trusted. It is removed at exit. Layout (KFD's `kfd_sysfs.h`):
+//! unpredictable name (`rprof-emu-kfd-<pid>-XXXXXX`) under `$XDG_RUNTIME_DIR` (if it is an absolute path) or
+//! `/tmp`; nothing at a fixed path is created or trusted. It is removed at exit (`atexit`); a process that ends
+//! without exit handlers (`_exit`, a crash) leaves it, and the next process that creates a tree there removes
+//! such leftovers (directories owned by our uid whose pid is gone). Layout (KFD's `kfd_sysfs.h`):
 //!
 //! * `topology/{generation_id,system_properties}`, `topology/nodes/N/{gpu_id,name,properties}` and
 //!   `nodes/N/{mem_banks,caches,io_links}/M/properties` (only real memory banks: the thunk adds LDS, scratch and SVM
@@ -100,9 +102,12 @@ fn base_dir() -> PathBuf {
     }
 }
 
+/// Prefix of the tree directories: `rprof-emu-kfd-<pid>-XXXXXX`.
+const DIR_PREFIX: &str = "rprof-emu-kfd-";
+
 fn mkdtemp(base: &Path) -> std::io::Result<PathBuf> {
     let mut template = base
-        .join("rprof-emu-kfd-XXXXXX")
+        .join(format!("{DIR_PREFIX}{}-XXXXXX", std::process::id()))
         .into_os_string()
         .into_encoded_bytes();
     template.push(0);
@@ -117,8 +122,40 @@ fn mkdtemp(base: &Path) -> std::io::Result<PathBuf> {
     Ok(PathBuf::from(std::ffi::OsString::from_vec(template)))
 }
 
+/// Removes trees left by processes of ours that have exited without running their exit handlers (`_exit`, a
+/// crash): only real directories (not symlinks) owned by our uid, named for a pid that no longer exists.
+fn remove_stale(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks for the process's existence.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if gone && ours {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn create(topology: &Topology) -> std::io::Result<PathBuf> {
-    let dir = mkdtemp(&base_dir())?;
+    let base = base_dir();
+    remove_stale(&base);
+    let dir = mkdtemp(&base)?;
     if let Err(e) = write_tree(&dir, topology) {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(e);
