@@ -286,14 +286,16 @@ impl Runtime {
                     vec![l, "-l:libhsakmt.so.1".into()],
                 )
             }
-            FrontEnd::KfdPreload => {
-                let mut l = OsString::from("-L");
-                l.push(profile);
-                (
-                    vec![("LD_PRELOAD".to_string(), library.clone().into_os_string())],
-                    vec![l, format!("-l:{}", front_end.library_file()).into()],
-                )
-            }
+            FrontEnd::KfdPreload => (
+                vec![("LD_PRELOAD".to_string(), library.clone().into_os_string())],
+                // By path: the library has no SONAME, so the program's DT_NEEDED is this path, the very object
+                // LD_PRELOAD loads. Through `-Wl,` so that hipcc hands it to the linker, not to the compiler.
+                vec![{
+                    let mut a = OsString::from("-Wl,");
+                    a.push(&library);
+                    a
+                }],
+            ),
         };
         Ok(Emulator {
             front_end,
