@@ -3,8 +3,10 @@
 //! program says it launched (see `hip_support::check_outputs` for the full
 //! list of assertions).
 //!
-//! Needs `cargo build --workspace` first (for `rprof`, `librprof_tool.so`,
-//! `libhsakmt.so`), Debian's `hipcc`, and the Python `perfetto` package.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects (see `hip_support`). Needs
+//! `cargo build --workspace` first (for `rprof`, `librprof_tool.so` and the
+//! emulator's front-ends), that runtime's `hipcc`, and the Python `perfetto`
+//! package.
 
 mod hip_support;
 

@@ -26,6 +26,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The selecting environment variable.
@@ -409,7 +410,13 @@ pub fn link_soname(dir: &Path, soname: &str, library: &Path) -> Result<(), Strin
     if std::fs::read_link(&link).ok().as_deref() == Some(library) {
         return Ok(());
     }
-    let tmp = dir.join(format!(".{soname}.tmp{}", std::process::id()));
+    // Unique per call: the tests of one binary run on several threads.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{soname}.tmp{}.{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(library, &tmp).map_err(err)?;
     std::fs::rename(&tmp, &link).map_err(err)
