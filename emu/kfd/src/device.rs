@@ -508,10 +508,31 @@ pub unsafe fn ioctl(
             reply!(m)
         }
         nr::CREATE_QUEUE => {
-            // The runtime's struct is 96 bytes; newer headers append fields we do not read.
-            let mut q = args!(CreateQueue);
+            // ROCr 6.x sends 96 bytes; older thunks 88 (no `sdma_engine_id`), newer headers append fields we do
+            // not read. Copy what the caller has, up to our struct.
+            const OLDEST: usize = std::mem::offset_of!(CreateQueue, sdma_engine_id);
+            if size < OLDEST {
+                return real::fail(libc::EINVAL);
+            }
+            let n = size.min(std::mem::size_of::<CreateQueue>());
+            let mut bytes = [0u8; std::mem::size_of::<CreateQueue>()];
+            // SAFETY: `arg` has `size >= n` readable bytes (caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(arg as *const u8, bytes.as_mut_ptr(), n) };
+            // SAFETY: CreateQueue is plain integers; every byte pattern is valid.
+            let mut q: CreateQueue =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const CreateQueue) };
             match create_queue(emu, &mut q) {
-                Ok(()) => reply!(q),
+                Ok(()) => {
+                    // SAFETY: writes back the same `n <= size` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            &q as *const CreateQueue as *const u8,
+                            arg as *mut u8,
+                            n,
+                        )
+                    };
+                    0
+                }
                 Err(e) => real::fail(e),
             }
         }
