@@ -890,7 +890,14 @@ impl CpThread {
                 pattern,
                 pattern_len,
                 repeats,
-            } => match crate::kernels::read_untracked(pattern as usize, pattern_len as usize) {
+            } => match crate::kernels::read_untracked(
+                // A GPU address of locked host memory (KFD's userptr alternate VA) reads through its host pages.
+                self.emu
+                    .memory
+                    .view()
+                    .translate(pattern as usize, pattern_len as usize),
+                pattern_len as usize,
+            ) {
                 Some(pat) if !pat.is_empty() && repeats.saturating_mul(pattern_len) <= 1 << 40 => {
                     let total = (repeats * pattern_len) as usize;
                     let chunk: Vec<u8> = pat

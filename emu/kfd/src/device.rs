@@ -45,6 +45,7 @@ const FLAG_GTT: u32 = 1 << 1;
 const FLAG_USERPTR: u32 = 1 << 2;
 const FLAG_DOORBELL: u32 = 1 << 3;
 const FLAG_MMIO: u32 = 1 << 4;
+const FLAG_EXECUTABLE: u32 = 1 << 30;
 
 /// Signal-event slots of KFD's event page (32 KiB of 8-byte slots).
 pub const EVENT_SLOTS: u32 = 4096;
@@ -508,10 +509,31 @@ pub unsafe fn ioctl(
             reply!(m)
         }
         nr::CREATE_QUEUE => {
-            // The runtime's struct is 96 bytes; newer headers append fields we do not read.
-            let mut q = args!(CreateQueue);
+            // ROCr 6.x sends 96 bytes; older thunks 88 (no `sdma_engine_id`), newer headers append fields we do
+            // not read. Copy what the caller has, up to our struct.
+            const OLDEST: usize = std::mem::offset_of!(CreateQueue, sdma_engine_id);
+            if size < OLDEST {
+                return real::fail(libc::EINVAL);
+            }
+            let n = size.min(std::mem::size_of::<CreateQueue>());
+            let mut bytes = [0u8; std::mem::size_of::<CreateQueue>()];
+            // SAFETY: `arg` has `size >= n` readable bytes (caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(arg as *const u8, bytes.as_mut_ptr(), n) };
+            // SAFETY: CreateQueue is plain integers; every byte pattern is valid.
+            let mut q: CreateQueue =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const CreateQueue) };
             match create_queue(emu, &mut q) {
-                Ok(()) => reply!(q),
+                Ok(()) => {
+                    // SAFETY: writes back the same `n <= size` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            &q as *const CreateQueue as *const u8,
+                            arg as *mut u8,
+                            n,
+                        )
+                    };
+                    0
+                }
                 Err(e) => real::fail(e),
             }
         }
@@ -667,6 +689,34 @@ fn alloc(emu: &Emulator, a: &mut AllocMemory) -> Result<(), c_int> {
         BoKind::Vram | BoKind::Gtt => {
             bo.mmap_offset = u64::from(index) << 16;
             st.by_offset.insert(bo.mmap_offset, handle);
+            // Back the BO at its VA right away: older thunks (ROCr 5.2.3's) map only host-accessible BOs for the
+            // CPU, but the command processor must reach device memory too. The VA is the thunk's reservation for
+            // this BO, so replacing it is what the kernel driver's GPU mapping would do; a later render-fd mmap at
+            // the same address keeps these pages.
+            if a.va_addr != 0 {
+                let exec = if a.flags & FLAG_EXECUTABLE != 0 {
+                    libc::PROT_EXEC
+                } else {
+                    0
+                };
+                // SAFETY: the range is the thunk's reservation for this BO (KFD maps the BO there for the GPU).
+                let p = unsafe {
+                    real::mmap(
+                        a.va_addr as *mut c_void,
+                        a.size as usize,
+                        libc::PROT_READ | libc::PROT_WRITE | exec,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_NORESERVE
+                            | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED && emu.memory.register(p as usize, a.size as usize, 0) {
+                    bo.tracked = Some(p as usize);
+                }
+            }
         }
         BoKind::Doorbell => bo.mmap_offset = (MMAP_TYPE_DOORBELL << MMAP_TYPE_SHIFT) | gpu,
         BoKind::Mmio => bo.mmap_offset = (MMAP_TYPE_MMIO << MMAP_TYPE_SHIFT) | gpu,
@@ -855,6 +905,11 @@ pub unsafe fn mmap(
                 log(emu, format_args!("mmap of unknown render offset {off:#x}"));
                 return fail(libc::EINVAL);
             };
+            let bo = st.bos.get(&handle).expect("by_offset points at a live BO");
+            if fixed != 0 && bo.tracked == Some(addr as usize) && len as u64 <= bo.size {
+                // Already backed at this address since ALLOC: keep the pages.
+                return addr;
+            }
             let p = anon(prot & libc::PROT_EXEC != 0);
             if p == libc::MAP_FAILED {
                 return p;

@@ -176,7 +176,44 @@ pub fn gfx_target_version(v: (u32, u32, u32)) -> u32 {
 }
 
 /// Writes the whole tree under `dir`.
-pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
+/// The topology as KFD shows it, and for each of its nodes the core node whose GPU it presents (which also
+/// gives its `gpu_id`). The core's APU layout is one node holding the CPU cores and the GPU, which the thunk of
+/// ROCr >= 6.2 would treat as an old-style APU (no buffer objects for system memory, and ROCr then fails to map
+/// it); KFD shows a modern APU as a CPU node plus a GPU node without CPU cores, with a frame-buffer heap, and the
+/// FUSION flag in libdrm's device info (see [`crate::drm`]). Other layouts are shown as they are.
+pub fn kfd_view(t: &Topology) -> (Topology, Vec<Option<u32>>) {
+    match t.nodes.as_slice() {
+        [n] if n.cpu_cores > 0 && n.gpu.is_some() => {
+            let split = Topology {
+                nodes: vec![
+                    rprof_emu::topology::Node {
+                        cpu_cores: n.cpu_cores,
+                        gpu: None,
+                    },
+                    rprof_emu::topology::Node {
+                        cpu_cores: 0,
+                        gpu: n.gpu,
+                    },
+                ],
+                vram_bytes: t.vram_bytes,
+            };
+            (split, vec![None, Some(0)])
+        }
+        nodes => (
+            t.clone(),
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| n.gpu.map(|_| i as u32))
+                .collect(),
+        ),
+    }
+}
+
+/// Writes the whole tree under `dir`.
+pub fn write_tree(dir: &Path, core: &Topology) -> std::io::Result<()> {
+    let (view, gpu_of) = kfd_view(core);
+    let t = &view;
     let topo = dir.join("topology");
     put(&topo.join("generation_id"), "1\n")?;
     put(
@@ -188,14 +225,14 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
         let node = &t.nodes[id as usize];
         put(
             &nd.join("gpu_id"),
-            &format!("{}\n", node.gpu.map_or(0, |_| gpu_id(id))),
+            &format!("{}\n", gpu_of[id as usize].map_or(0, gpu_id)),
         )?;
         put(
             &nd.join("name"),
             &format!("{}\n", node.gpu.map_or("", |g| g.model.name)),
         )?;
-        let mut props = t.node_properties(id).expect("node exists");
-        let mut banks: Vec<HsaMemoryProperties> = t
+        let props = t.node_properties(id).expect("node exists");
+        let banks: Vec<HsaMemoryProperties> = t
             .memory_banks(id)
             .into_iter()
             .filter(|b| {
@@ -204,19 +241,6 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
                     || b.HeapType == HSA_HEAPTYPE_FRAME_BUFFER_PRIVATE
             })
             .collect();
-        if node.cpu_cores > 0 && node.gpu.is_some() {
-            // An APU node: ROCr >= 6.2 wants a local (frame-buffer) heap on every GPU agent, as KFD reports for
-            // the carve-out of real APUs.
-            let mut fb = HsaMemoryProperties {
-                HeapType: HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC,
-                Width: 64,
-                MemoryClockMax: 1600,
-                ..Default::default()
-            };
-            fb.__bindgen_anon_1.SizeInBytes = t.vram_bytes;
-            banks.push(fb);
-            props.LocalMemSize = t.vram_bytes;
-        }
         let caches = t.caches(id);
         let links = t.io_links(id);
         put(
@@ -397,6 +421,40 @@ mod tests {
         assert_eq!(value(&text, "drm_render_minor"), 128);
         assert_eq!(value(&text, "num_xcc"), 1);
         assert!(value(&text, "simd_arrays_per_engine") > 0);
+    }
+
+    #[test]
+    fn the_apu_is_shown_as_a_cpu_node_and_a_gpu_node() {
+        let c = Config {
+            apu: true,
+            ..Config::default()
+        };
+        let core = Topology::new(&c);
+        assert_eq!(core.nodes.len(), 1);
+        let dir = mkdtemp(Path::new("/tmp")).unwrap();
+        write_tree(&dir, &core).unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+        assert_eq!(read("topology/nodes/0/gpu_id"), "0\n");
+        // The GPU node carries the core node 0's gpu_id (its queues and memory belong to core node 0).
+        assert_eq!(read("topology/nodes/1/gpu_id"), format!("{}\n", gpu_id(0)));
+        let cpu = read("topology/nodes/0/properties");
+        let gpu = read("topology/nodes/1/properties");
+        assert!(value(&cpu, "cpu_cores_count") > 0);
+        assert_eq!(value(&cpu, "simd_count"), 0);
+        assert_eq!(value(&gpu, "cpu_cores_count"), 0);
+        assert_eq!(value(&gpu, "simd_count"), 8 * 4);
+        assert_eq!(
+            value(
+                &read("topology/nodes/1/mem_banks/0/properties"),
+                "heap_type"
+            ),
+            1
+        );
+        assert_eq!(
+            value(&read("topology/nodes/1/io_links/0/properties"), "node_to"),
+            0
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
