@@ -9,10 +9,11 @@
 //! * `topology/{generation_id,system_properties}`, `topology/nodes/N/{gpu_id,name,properties}` and
 //!   `nodes/N/{mem_banks,caches,io_links}/M/properties` (only real memory banks: the thunk adds LDS, scratch and SVM
 //!   apertures itself);
-//! * `module/amdgpu/{initstate,version}`, which tools such as `rocminfo` read to decide that the driver is loaded.
+//! * `module/amdgpu/{initstate,version}` and a copy of `/proc/modules` with an `amdgpu` line, which tools such as
+//!   `rocminfo` read (directly, or through `lsmod`) to decide that the driver is loaded.
 //!
 //! [`redirect`] rewrites `/sys/devices/virtual/kfd/kfd/topology...`, `/sys/class/kfd/kfd/topology...` and
-//! `/sys/module/amdgpu...` into that directory, without allocating (a stack buffer).
+//! `/sys/module/amdgpu...` and `/proc/modules` into that directory, without allocating (a stack buffer).
 
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
@@ -24,10 +25,12 @@ use rprof_emu::topology::Topology;
 use rprof_emu::Emulator;
 
 /// Paths served from the generated tree: (prefix, directory under the tree root).
-const PREFIXES: [(&[u8], &str); 3] = [
+const PREFIXES: [(&[u8], &str); 4] = [
     (b"/sys/devices/virtual/kfd/kfd/topology", "topology"),
     (b"/sys/class/kfd/kfd/topology", "topology"),
     (b"/sys/module/amdgpu", "module/amdgpu"),
+    // The host's module list plus `amdgpu`, for `lsmod | grep amdgpu` (rocminfo 5.2.3) and libkmod users.
+    (b"/proc/modules", "proc-modules"),
 ];
 
 /// The KFD `gpu_id` of a GPU node (16 bits: it is also part of mmap offsets).
@@ -74,7 +77,7 @@ extern "C" fn remove_at_exit() {
 /// it.
 pub fn redirect<'a>(path: &CStr, buf: &'a mut [u8; 4096]) -> Option<&'a CStr> {
     let p = path.to_bytes();
-    if !p.starts_with(b"/sys/") {
+    if !p.starts_with(b"/sys/") && !p.starts_with(b"/proc/modules") {
         return None;
     }
     let (prefix, sub) = PREFIXES.iter().find(|(prefix, _)| {
@@ -168,6 +171,37 @@ fn put(path: &Path, text: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text)
+}
+
+/// The whole file at `path`, read with raw system calls (never redirected); empty if it cannot be read.
+fn read_real(path: &str) -> String {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return String::new();
+    };
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        crate::real::openat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reads into our buffer from our fd.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    crate::real::close(fd);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `gfx_target_version` value (decimal major*10000 + minor*100 + stepping).
@@ -290,9 +324,17 @@ pub fn write_tree(dir: &Path, core: &Topology) -> std::io::Result<()> {
             )?;
         }
     }
+    // Read the real list with system calls: std's `open` would come back through our own redirection.
+    let mut modules = read_real("/proc/modules");
+    if !modules.lines().any(|l| l.starts_with("amdgpu ")) {
+        modules.push_str("amdgpu 16384 0 - Live 0x0000000000000000\n");
+    }
+    put(&dir.join("proc-modules"), &modules)?;
     let module = dir.join("module/amdgpu");
     put(&module.join("initstate"), "live\n")?;
     put(&module.join("version"), "6.4.0-emulated\n")?;
+    put(&module.join("refcnt"), "0\n")?;
+    std::fs::create_dir_all(module.join("holders"))?;
     Ok(())
 }
 

@@ -61,7 +61,8 @@ fn sysfs_topology_is_served_then_removed() {
              /sys/class/kfd/kfd/topology/nodes/2/properties; \
              ls /sys/class/kfd/kfd/topology/nodes; cat /sys/module/amdgpu/initstate; \
              cat /sys/devices/virtual/kfd/kfd/topology/nodes/2/gpu_id; \
-             test -e /sys/class/kfd/kfd/topology/nodes/3 || echo no-node-3",
+             test -e /sys/class/kfd/kfd/topology/nodes/3 || echo no-node-3; \
+             grep '^amdgpu ' /proc/modules | cut -d' ' -f1",
         ),
         &rt,
         &[("RPROF_EMU_GPUS", "gfx942,gfx1100")],
@@ -75,9 +76,9 @@ fn sysfs_topology_is_served_then_removed() {
                     /sys/class/kfd/kfd/topology/nodes/2/properties:gfx_target_version 110000\n\
                     /sys/class/kfd/kfd/topology/nodes/2/properties:drm_render_minor 129\n\
                     /sys/class/kfd/kfd/topology/nodes/2/properties:fw_version 800\n\
-                    0\n1\n2\nlive\n19970\nno-node-3\n";
+                    0\n1\n2\nlive\n19970\nno-node-3\namdgpu\n";
     assert_eq!(text(&out), expected);
-    // `cat` and `ls` removed their private trees at exit; the shell (its `test` builtin stats a node) ends with
+    // `cat`, `ls`, `grep` removed their private trees at exit; the shell (its `test` builtin stats a node) ends with
     // `_exit`, which runs no exit handler, so its tree is left...
     let left: Vec<_> = std::fs::read_dir(&rt)
         .unwrap()
