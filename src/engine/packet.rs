@@ -23,6 +23,17 @@ const OFF_GROUP_SEGMENT: usize = 28;
 const OFF_KERNEL_OBJECT: usize = 32;
 const OFF_COMPLETION_SIGNAL: usize = 56;
 const OFF_BARRIER_DEP_SIGNAL: usize = 8;
+/// Byte 2 of an AMD vendor-specific packet: its format.
+const OFF_VENDOR_FORMAT: usize = 2;
+
+/// `hsa_packet_type_t` of vendor-specific packets (`HSA_PACKET_TYPE_VENDOR_SPECIFIC`).
+pub const PACKET_TYPE_VENDOR_SPECIFIC: u32 = 0;
+/// Format byte of ROCr's intercept-marker vendor packet
+/// (`AMD_AQL_FORMAT_INTERCEPT_MARKER` in ROCr >= 6.0's `hsa_api_trace.h`): a
+/// packet a rewriter puts immediately before the packet it marks; the
+/// intercept queue calls its callback with the hardware packet id the next
+/// packet gets, and never copies the marker to the hardware queue.
+pub const AMD_AQL_FORMAT_INTERCEPT_MARKER: u8 = 0xFE;
 
 /// One AQL packet, copied out of (or into) a queue ring.
 ///
@@ -88,6 +99,28 @@ impl RawPacket {
     /// Whether this is a kernel dispatch packet.
     pub fn is_kernel_dispatch(&self) -> bool {
         self.packet_type() == HSA_PACKET_TYPE_KERNEL_DISPATCH
+    }
+
+    /// Whether this is ROCr's intercept marker (a vendor-specific packet of
+    /// format [`AMD_AQL_FORMAT_INTERCEPT_MARKER`]): it never reaches the
+    /// device, and must stay immediately before the packet it marks.
+    pub fn is_intercept_marker(&self) -> bool {
+        self.packet_type() == PACKET_TYPE_VENDOR_SPECIFIC
+            && self.bytes[OFF_VENDOR_FORMAT] == AMD_AQL_FORMAT_INTERCEPT_MARKER
+    }
+
+    /// An intercept marker whose first `user_data` word is `tag` (for tests
+    /// and simulated rewriters; the callback pointer is null).
+    pub fn intercept_marker(tag: u64) -> RawPacket {
+        let mut p = RawPacket::ZERO;
+        p.set_u16(
+            0,
+            (PACKET_TYPE_VENDOR_SPECIFIC << HSA_PACKET_HEADER_TYPE) as u16
+                | (1 << HSA_PACKET_HEADER_BARRIER),
+        );
+        p.bytes[OFF_VENDOR_FORMAT] = AMD_AQL_FORMAT_INTERCEPT_MARKER;
+        p.set_u64(16, tag);
+        p
     }
 
     /// The barrier bit.
@@ -240,6 +273,22 @@ mod tests {
         assert_eq!(p.completion_signal(), 0x1234);
         p.set_completion_signal(7);
         assert_eq!(p.completion_signal(), 7);
+    }
+
+    #[test]
+    fn intercept_markers_are_recognised() {
+        let m = RawPacket::intercept_marker(7);
+        assert!(m.is_intercept_marker());
+        assert!(!m.is_kernel_dispatch());
+        assert_eq!(m.packet_type(), PACKET_TYPE_VENDOR_SPECIFIC);
+        // user_data[0] of amd_aql_intercept_marker_t (after header, format,
+        // reserved[5] and the 8-byte callback).
+        assert_eq!(m.u64_at(16), 7);
+        // Other vendor packets (PM4 IB is format 1) are not markers.
+        let mut pm4 = m;
+        pm4.bytes[OFF_VENDOR_FORMAT] = 1;
+        assert!(!pm4.is_intercept_marker());
+        assert!(!RawPacket::forwarding_barrier(0, 0).is_intercept_marker());
     }
 
     #[test]
