@@ -6,7 +6,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-generated=(src/hsa.rs src/hsakmt.rs tests/layout/layout.cpp tests/layout/rust_side.rs)
+generated=(src/hsa.rs src/hsakmt.rs tests/layout/layout.cpp tests/layout/rust_side.rs
+    src/hsakmt_v6.rs tests/layout/layout_v6.cpp tests/layout/rust_side_v6.rs)
 "$repo/scripts/gen-hsa-sys.sh" "$tmp" 2>"$tmp.log" || { cat "$tmp.log" >&2; rm -f "$tmp.log"; exit 2; }
 rm -f "$tmp.log"
 

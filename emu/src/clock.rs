@@ -8,6 +8,8 @@
 pub const SYSTEM_CLOCK_HZ: u64 = 1_000_000_000;
 /// Nanoseconds per GPU tick (100 MHz GPU clock).
 pub const NS_PER_GPU_TICK: u64 = 10;
+/// Frequency of the GPU clock (Hz): what libdrm's `gpu_counter_freq` reports (in kHz) for ROCr >= 6.1.
+pub const GPU_CLOCK_HZ: u64 = SYSTEM_CLOCK_HZ / NS_PER_GPU_TICK;
 /// Offset added to the GPU counter so that it never equals the system clock.
 pub const GPU_TICK_OFFSET: u64 = 5_000_000_000;
 

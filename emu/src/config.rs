@@ -116,7 +116,13 @@ pub struct Config {
     pub sdma: bool,
     /// Log unusual events (unknown pointers, faults) to stderr.
     pub log: bool,
+    /// KFD interface version reported to the runtime, `(major, minor)`. Minor 14 and later enable event ages
+    /// in ROCr >= 6.1 (ROCr 5.2.3 only distinguishes minor < 4 for sramecc ISAs).
+    pub kfd_version: (u32, u32),
 }
+
+/// Default KFD interface version: 1.14, the first with event ages.
+pub const DEFAULT_KFD_VERSION: (u32, u32) = (1, 14);
 
 impl Default for Config {
     fn default() -> Self {
@@ -134,12 +140,14 @@ impl Default for Config {
             vram_mib: 16 * 1024,
             log: false,
             sdma: false,
+            kfd_version: DEFAULT_KFD_VERSION,
         }
     }
 }
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "SDMA",
+    "KFD_VERSION",
     "DEEP_NAP_US",
     "GPUS",
     "APU",
@@ -255,6 +263,16 @@ impl Config {
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
                 "LOG" => c.log = parse_bool(k, v)?,
                 "SDMA" => c.sdma = parse_bool(k, v)?,
+                "KFD_VERSION" => {
+                    let bad = || format!("KFD_VERSION: '{v}' is not MAJOR.MINOR with major 1");
+                    let (major, minor) = v.trim().split_once('.').ok_or_else(bad)?;
+                    let major: u32 = major.parse().map_err(|_| bad())?;
+                    let minor: u32 = minor.parse().map_err(|_| bad())?;
+                    if major != 1 {
+                        return Err(bad());
+                    }
+                    c.kfd_version = (major, minor);
+                }
                 _ => {} // CONFIG: the file itself
             }
         }
@@ -362,6 +380,19 @@ mod tests {
         assert!(Config::from_pairs(&pairs(&[("GPU", "gfx90a")])).is_err());
         assert!(Config::from_pairs(&pairs(&[("GPUS", "gfx999")])).is_err());
         assert!(Config::from_pairs(&pairs(&[("CUS", "many")])).is_err());
+    }
+
+    #[test]
+    fn kfd_version_defaults_to_1_14_and_is_configurable() {
+        assert_eq!(Config::default().kfd_version, (1, 14));
+        let c = Config::from_pairs(&pairs(&[("KFD_VERSION", "1.8")])).unwrap();
+        assert_eq!(c.kfd_version, (1, 8));
+        for bad in ["2.0", "1", "1.x", ""] {
+            assert!(
+                Config::from_pairs(&pairs(&[("KFD_VERSION", bad)])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

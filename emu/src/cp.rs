@@ -12,8 +12,10 @@
 //!    profiling on, decrement the completion signal, write its event id to its mailbox and fire the event.
 //! 2. For each queue, launch packets in order while the doorbell says they were submitted and their header is
 //!    valid. Several dispatches of one queue may be in flight unless a packet's barrier bit forbids it. Barrier
-//!    AND/OR packets retire when their dependencies are met (the queue stalls until then); vendor-specific (PM4 IB)
-//!    and agent-dispatch packets retire at once. Every consumed packet's header is reset to INVALID and the read
+//!    AND/OR packets retire when their dependencies are met (the queue stalls until then); so do AMD BARRIER_VALUE
+//!    vendor packets (HIP >= 5.7 uses them for markers on gfx90a), which wait until `(signal & mask) cond value`
+//!    holds (at once without a signal) and, like barriers, get timestamps when the queue profiles; other
+//!    vendor-specific (PM4 IB) and agent-dispatch packets retire at once. Every consumed packet's header is reset to INVALID and the read
 //!    index (`amd_queue_t.read_dispatch_id`) advanced. Invalid packets put the queue in error: ROCr's
 //!    `queue_inactive_signal` gets the hardware error code and its event fires.
 //! 3. Idle policy: after the last progress the thread spins (with `sched_yield`) for `spin_us`; then it naps, starting
@@ -27,7 +29,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, AtomicU32, AtomicU64, 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use hsa_sys::{amd_queue_t, amd_signal_t, hsa_barrier_and_packet_t, hsa_kernel_dispatch_packet_t};
+use hsa_sys::packet::{AMD_VENDOR_FORMAT_BARRIER_VALUE, AMD_VENDOR_FORMAT_OFFSET};
+use hsa_sys::{
+    amd_queue_t, amd_signal_t, hsa_amd_barrier_value_packet_t, hsa_barrier_and_packet_t,
+    hsa_kernel_dispatch_packet_t,
+};
 
 use crate::clock::{gpu_ticks_at, now_ns};
 use crate::kernels::{kernel_symbol, recognise_blit, Blit, HostKernel, RocclrBlit};
@@ -382,6 +388,19 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
     }
 }
 
+/// Whether a BARRIER_VALUE packet's condition holds for the waited-on signal's current `value`:
+/// `(value & mask) cond packet.value` (EQ, NE, LT, GTE; an unknown condition never holds).
+fn barrier_value_met(value: i64, p: &hsa_amd_barrier_value_packet_t) -> bool {
+    let v = value & p.mask;
+    match p.cond {
+        hsa_sys::HSA_SIGNAL_CONDITION_EQ => v == p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_NE => v != p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_LT => v < p.value,
+        hsa_sys::HSA_SIGNAL_CONDITION_GTE => v >= p.value,
+        _ => false,
+    }
+}
+
 /// Completes a signal as the CP does at the end of a packet: optional timestamps, `value += delta`, interrupt.
 ///
 /// # Safety
@@ -641,6 +660,27 @@ impl CpThread {
                     unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
                     self.cp.stats.barriers.fetch_add(1, Ordering::Relaxed);
                 }
+                TYPE_VENDOR_SPECIFIC
+                    // SAFETY: a valid header was acquire-loaded; the format byte is inside the live packet.
+                    if unsafe { std::ptr::read_volatile((slot + AMD_VENDOR_FORMAT_OFFSET) as *const u8) }
+                        == AMD_VENDOR_FORMAT_BARRIER_VALUE =>
+                {
+                    // SAFETY: as above.
+                    let p = unsafe {
+                        std::ptr::read_volatile(slot as *const hsa_amd_barrier_value_packet_t)
+                    };
+                    // SAFETY: the waited-on signal of a submitted packet is 0 or a live signal.
+                    if p.signal.handle != 0 && !barrier_value_met(unsafe { signal_value(p.signal.handle) }.load(Ordering::Acquire), &p) {
+                        return progress;
+                    }
+                    let now = now_ns();
+                    let ticks =
+                        Self::queue_profiling(q).then(|| (gpu_ticks_at(now), gpu_ticks_at(now)));
+                    Self::consume(q);
+                    // SAFETY: the completion signal of a submitted packet is 0 or a live signal.
+                    unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
+                    self.cp.stats.vendor_packets.fetch_add(1, Ordering::Relaxed);
+                }
                 TYPE_VENDOR_SPECIFIC | TYPE_AGENT_DISPATCH => {
                     // SAFETY: every packet format keeps its completion signal at byte 56; the ring is live.
                     let sig = unsafe {
@@ -850,4 +890,35 @@ enum Launch {
     Started,
     Stalled,
     Fault(i64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(value: i64, mask: i64, cond: u32) -> hsa_amd_barrier_value_packet_t {
+        hsa_amd_barrier_value_packet_t {
+            value,
+            mask,
+            cond,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn barrier_value_conditions_compare_the_masked_signal() {
+        // HIP's "wait until the dependency's value drops below 1" form.
+        let lt_one = packet(1, i64::MAX, hsa_sys::HSA_SIGNAL_CONDITION_LT);
+        assert!(!barrier_value_met(1, &lt_one));
+        assert!(barrier_value_met(0, &lt_one));
+        let eq = packet(4, 0xf, hsa_sys::HSA_SIGNAL_CONDITION_EQ);
+        assert!(barrier_value_met(0x34, &eq));
+        assert!(!barrier_value_met(0x35, &eq));
+        let ne = packet(4, 0xf, hsa_sys::HSA_SIGNAL_CONDITION_NE);
+        assert!(barrier_value_met(0x35, &ne));
+        let gte = packet(3, -1, hsa_sys::HSA_SIGNAL_CONDITION_GTE);
+        assert!(barrier_value_met(3, &gte));
+        assert!(!barrier_value_met(2, &gte));
+        assert!(!barrier_value_met(0, &packet(0, -1, 99)));
+    }
 }

@@ -9,6 +9,11 @@
 //!   consumes it (a wait consumes the signaled state of all events it lists when it starts). Manual-reset events
 //!   stay signaled until reset. Several threads may wait on one event (ROCr shares one event among all queues'
 //!   error signals), so "one wake-up consumed by the wrong waiter" must not happen.
+//! * Event ages (KFD >= 1.14, used by ROCr >= 6.1): every event carries an age, 1 at creation and incremented by
+//!   each fire (after `u64::MAX` it wraps to 2, never to 0 or 1). A waiter may pass, per event, the age it saw
+//!   last ([`EventTable::wait_aged`]); a non-zero age that differs from the current one activates that waiter at
+//!   once, so a fire that happened before the wait is never lost. When the wait completes, the current age is
+//!   written back for every activated event whose age was passed. Age 0 means "not tracked" (pre-1.14 waits).
 //! * One mutex guards the table; one condition variable wakes every waiter on every fire (waiters re-check their
 //!   own events). That keeps wake-up latency at a futex wake.
 
@@ -39,6 +44,18 @@ struct Slot {
     waiters: u32,
     /// Incremented by every fire that found waiters: waiters that saw another value are activated.
     generation: u64,
+    /// KFD's event age: 1 at creation, incremented by every fire (see the module docs).
+    age: u64,
+}
+
+/// The age of a new event.
+pub const FIRST_EVENT_AGE: u64 = 1;
+
+fn next_age(age: u64) -> u64 {
+    match age.wrapping_add(1) {
+        0 | 1 => 2,
+        a => a,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -131,6 +148,7 @@ impl EventTable {
                 manual_reset,
                 waiters: 0,
                 generation: 0,
+                age: FIRST_EVENT_AGE,
             },
         );
         let mailbox = if signal_type {
@@ -159,6 +177,7 @@ impl EventTable {
     pub fn fire(&self, id: u32) -> Result<(), EventError> {
         let mut t = self.lock();
         let slot = t.slots.get_mut(&id).ok_or(EventError::UnknownEvent)?;
+        slot.age = next_age(slot.age);
         if slot.waiters > 0 {
             slot.generation += 1;
             slot.signaled = slot.manual_reset;
@@ -182,8 +201,45 @@ impl EventTable {
     }
 
     /// Waits for any (or all) of `ids`; `timeout_ms == u32::MAX` waits forever. Consumes the signaled state of the
-    /// auto-reset events it lists when it starts, as KFD does.
+    /// auto-reset events it lists when it starts, as KFD does. No ages: [`EventTable::wait_aged`] with all zero.
     pub fn wait(&self, ids: &[u32], all: bool, timeout_ms: u32) -> Result<(), EventError> {
+        self.wait_inner(ids, None, all, timeout_ms)
+    }
+
+    /// [`EventTable::wait`] with event ages (KFD >= 1.14): `ages[i]` is the age of `ids[i]` the caller saw last,
+    /// or 0 to not track it. A non-zero age that differs from the event's current age activates the waiter at
+    /// once. On success, `ages[i]` receives the current age of every activated event whose age was non-zero;
+    /// other entries, and all entries on timeout or error, are left as they were (as KFD does).
+    ///
+    /// # Panics
+    /// If `ages` and `ids` differ in length.
+    pub fn wait_aged(
+        &self,
+        ids: &[u32],
+        ages: &mut [u64],
+        all: bool,
+        timeout_ms: u32,
+    ) -> Result<(), EventError> {
+        assert_eq!(ids.len(), ages.len(), "one age per event");
+        self.wait_inner(ids, Some(ages), all, timeout_ms)
+    }
+
+    /// Current age of an event.
+    pub fn age(&self, id: u32) -> Result<u64, EventError> {
+        self.lock()
+            .slots
+            .get(&id)
+            .map(|s| s.age)
+            .ok_or(EventError::UnknownEvent)
+    }
+
+    fn wait_inner(
+        &self,
+        ids: &[u32],
+        ages: Option<&mut [u64]>,
+        all: bool,
+        timeout_ms: u32,
+    ) -> Result<(), EventError> {
         let deadline = (timeout_ms != u32::MAX)
             .then(|| Instant::now() + Duration::from_millis(u64::from(timeout_ms)));
         let mut t = self.lock();
@@ -195,10 +251,11 @@ impl EventTable {
                 return Err(EventError::UnknownEvent);
             }
         }
-        for id in ids {
+        for (i, id) in ids.iter().enumerate() {
             let slot = t.slots.get_mut(id).ok_or(EventError::UnknownEvent)?;
-            let activated = slot.signaled;
-            consumed.push(activated && !slot.manual_reset);
+            let last_age = ages.as_deref().map_or(0, |a| a[i]);
+            let activated = slot.signaled || (last_age != 0 && last_age != slot.age);
+            consumed.push(slot.signaled && !slot.manual_reset);
             if !slot.manual_reset {
                 slot.signaled = false;
             }
@@ -236,6 +293,15 @@ impl EventTable {
                 }
             };
         };
+        if let (Ok(()), Some(ages)) = (&result, ages) {
+            for ((id, _, activated), age) in mine.iter().zip(ages.iter_mut()) {
+                if *activated && *age != 0 {
+                    if let Some(slot) = t.slots.get(id) {
+                        *age = slot.age;
+                    }
+                }
+            }
+        }
         for ((id, _, _), was_signaled) in mine.iter().zip(&consumed) {
             if let Some(slot) = t.slots.get_mut(id) {
                 slot.waiters -= 1;
@@ -393,5 +459,80 @@ mod tests {
         t.fire(b).unwrap();
         assert_eq!(t.wait(&[a, b], true, 0), Ok(()));
         assert_eq!(t.wait(&[99], false, 0), Err(EventError::UnknownEvent));
+    }
+
+    #[test]
+    fn ages_start_at_one_and_grow_with_each_fire() {
+        let t = EventTable::new();
+        let id = t.create(true, false, false).unwrap().0;
+        assert_eq!(t.age(id), Ok(FIRST_EVENT_AGE));
+        t.fire(id).unwrap();
+        t.fire(id).unwrap();
+        assert_eq!(t.age(id), Ok(3));
+        assert_eq!(next_age(u64::MAX), 2);
+        assert_eq!(next_age(0), 2);
+        assert_eq!(t.age(99), Err(EventError::UnknownEvent));
+    }
+
+    #[test]
+    fn a_stale_age_returns_at_once_and_then_sleeps() {
+        let t = EventTable::new();
+        let id = t.create(true, false, false).unwrap().0;
+        // A fire nobody waited for, consumed by an age-less wait: the signaled state is gone...
+        t.fire(id).unwrap();
+        assert_eq!(t.wait(&[id], false, 0), Ok(()));
+        assert_eq!(t.wait(&[id], false, 0), Err(EventError::Timeout));
+        // ...but a waiter that last saw age 1 learns of it, and gets the current age back.
+        let mut ages = [1];
+        assert_eq!(t.wait_aged(&[id], &mut ages, false, 0), Ok(()));
+        assert_eq!(ages, [2]);
+        // With the current age it sleeps (times out), and the age is left as it was.
+        assert_eq!(
+            t.wait_aged(&[id], &mut ages, false, 1),
+            Err(EventError::Timeout)
+        );
+        assert_eq!(ages, [2]);
+        // Age 0 is not tracked: neither activates nor is written back.
+        let mut untracked = [0];
+        t.fire(id).unwrap();
+        assert_eq!(t.wait_aged(&[id], &mut untracked, false, 0), Ok(()));
+        assert_eq!(untracked, [0]);
+    }
+
+    #[test]
+    fn aged_waiters_woken_by_a_fire_get_the_new_age() {
+        let t = Arc::new(EventTable::new());
+        let a = t.create(true, false, false).unwrap().0;
+        let b = t.create(true, false, false).unwrap().0;
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            let mut ages = [FIRST_EVENT_AGE, FIRST_EVENT_AGE];
+            let r = t2.wait_aged(&[a, b], &mut ages, false, 5_000);
+            (r, ages)
+        });
+        while t.lock().slots[&b].waiters < 1 {
+            std::thread::yield_now();
+        }
+        t.fire(b).unwrap();
+        let (r, ages) = h.join().unwrap();
+        assert_eq!(r, Ok(()));
+        // Only the activated event's age is written back.
+        assert_eq!(ages, [FIRST_EVENT_AGE, 2]);
+    }
+
+    #[test]
+    fn wait_all_that_times_out_keeps_unfired_state() {
+        let t = EventTable::new();
+        let a = t.create(true, false, false).unwrap().0;
+        let b = t.create(true, false, false).unwrap().0;
+        t.fire(a).unwrap();
+        // `a` is stale by age and signaled, `b` is neither: wait-all times out and leaves `a` signaled.
+        let mut ages = [1, 1];
+        assert_eq!(
+            t.wait_aged(&[a, b], &mut ages, true, 1),
+            Err(EventError::Timeout)
+        );
+        assert_eq!(ages, [1, 1]);
+        assert_eq!(t.wait(&[a], false, 0), Ok(()));
     }
 }

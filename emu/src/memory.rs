@@ -319,6 +319,16 @@ impl MemoryTable {
         self.with_range_mut(addr, |r| r.user_data = data)
     }
 
+    /// Bytes in live allocations made for `node` (what `hsaKmtAvailableMemory` subtracts from a GPU's VRAM).
+    pub fn allocated_bytes_on(&self, node: u32) -> usize {
+        self.lock()
+            .allocated
+            .values()
+            .filter(|r| r.node == node)
+            .map(|r| r.size)
+            .sum()
+    }
+
     /// Live counts.
     pub fn stats(&self) -> MemoryStats {
         let t = self.lock();
@@ -333,6 +343,19 @@ impl MemoryTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocated_bytes_are_counted_per_node() {
+        let m = MemoryTable::default();
+        let a = m.allocate(1, 100, 0, false).unwrap();
+        let _b = m.allocate(1, 8192, 0, false).unwrap();
+        let _c = m.allocate(0, 4096, 0, false).unwrap();
+        assert_eq!(m.allocated_bytes_on(1), 4096 + 8192);
+        assert_eq!(m.allocated_bytes_on(0), 4096);
+        assert!(m.free(a));
+        assert_eq!(m.allocated_bytes_on(1), 8192);
+        assert_eq!(m.allocated_bytes_on(2), 0);
+    }
 
     #[test]
     fn allocate_find_copy_free() {

@@ -117,6 +117,25 @@ impl Topology {
         self.nodes.len() == 1 && self.nodes[0].gpu.is_some()
     }
 
+    /// KFD's GPU id of a node (`KFDGpuID`, sysfs `gpu_id`): non-zero and unique for GPU nodes, 0 for CPU-only
+    /// nodes.
+    pub fn kfd_gpu_id(&self, id: u32) -> u32 {
+        match self.node(id) {
+            Some(Node { gpu: Some(_), .. }) => 0x3e80 + id * 0x101,
+            _ => 0,
+        }
+    }
+
+    /// amdgpu family id of a node's GPU (`FamilyID`; libdrm `family_id`): AMDGPU_FAMILY_AI (141) for gfx9,
+    /// AMDGPU_FAMILY_NV (143) for gfx10; 0 without a GPU.
+    pub fn family_id(&self, id: u32) -> u32 {
+        match self.node(id).and_then(|n| n.gpu) {
+            Some(g) if g.model.gfx_version.0 == 9 => 141,
+            Some(g) if g.model.gfx_version.0 == 10 => 143,
+            _ => 0,
+        }
+    }
+
     /// Memory banks of a node.
     pub fn memory_banks(&self, id: u32) -> Vec<HsaMemoryProperties> {
         let Some(node) = self.node(id) else {
@@ -296,6 +315,10 @@ mod tests {
         assert_eq!(t.io_links(0).len(), 1);
         assert_eq!(t.io_links(1)[0].NodeTo, 0);
         assert!(!t.caches(0).is_empty() && !t.caches(1).is_empty());
+        assert_eq!(t.kfd_gpu_id(0), 0);
+        assert_eq!(t.kfd_gpu_id(1), 0x3f81);
+        assert_eq!(t.family_id(1), 141);
+        assert_eq!(t.family_id(0), 0);
     }
 
     #[test]

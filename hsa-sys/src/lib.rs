@@ -14,6 +14,11 @@
 //!   [`HSA_PACKET_TYPE_KERNEL_DISPATCH`]`: `[`hsa_packet_type_t`]. Every table entry `X_fn` also has a named
 //!   function type `X_fn_t` (the field is `Option<X_fn_t>`), e.g. [`hsa_queue_create_fn_t`].
 //! - [`hsakmt`] is generated from `hsakmttypes.h`: the types the emulated GPU (`emu/`) implements libhsakmt with.
+//! - [`hsakmt_v6`] is generated, by the same generator, from the newer `hsakmttypes.h` of libhsakmt-dev 6.2.4 (the
+//!   Debian trixie root that pairs it with ROCr 6.1.2). It is a superset with the same sizes: `HsaNodeProperties`
+//!   names its former reserved tail (`NumXcc`, `KFDGpuID`, `FamilyID`, `Integrated`), `HsaMemFlags` names four
+//!   more bits, `HsaEventData` gains `HwException`, and new types (`HsaAMDGPUDeviceHandle`, SMI, PC sampling) appear.
+//!   The thunk front-end writes these layouts for ROCr 6.1.2; ROCr 5.2.3 ignores the formerly reserved bytes.
 //! - [`packet`] is hand-written: AQL header bit helpers and AMD vendor packet constants.
 //! - The `const` assertions at the bottom of this file pin the table entries and packet sizes that the tracer
 //!   relies on; bindgen's own layout assertions pin everything else, and `tests/layout.rs` compares every
@@ -50,6 +55,19 @@ pub mod hsa;
     clippy::undocumented_unsafe_blocks
 )]
 pub mod hsakmt;
+
+/// libhsakmt (thunk) types from the libhsakmt-dev 6.2.4 `hsakmttypes.h` (generated), for ROCr 6.1.2.
+#[allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    missing_docs,
+    missing_debug_implementations,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+pub mod hsakmt_v6;
 
 pub use hsa::*;
 

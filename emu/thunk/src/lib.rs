@@ -2,7 +2,15 @@
 //! (ROCr 5.2.3 and 6.1.2), built as `libhsakmt.so` with SONAME `libhsakmt.so.1`. The device itself is
 //! [`rprof_emu`]; this crate only translates.
 //!
-//! The exported `hsaKmt*` functions: the 42 that ROCr 5.2.3 imports, with `hsakmt.h`'s C signatures.
+//! The exported `hsaKmt*` functions, with `hsakmt.h`'s C signatures, all versioned `HSAKMT_1`: the 42 that ROCr
+//! 5.2.3 imports, plus the 16 that ROCr 6.1.2 adds (it drops three of the 42, which stay for 5.2.3): the `_Ext`
+//! waits with event ages, `hsaKmtAvailableMemory`, `hsaKmtGetRuntimeCapabilities`, `hsaKmtGetAMDGPUDeviceHandle`,
+//! and the debugger, SMI, SPM, ASan and dma-buf entry points, which answer NOT_SUPPORTED as a kernel without those
+//! features does. Node properties are written in the grown 6.x layout ([`hsa_sys::hsakmt_v6`]: `NumXcc`,
+//! `KFDGpuID`, `FamilyID`, `Integrated` in what 5.2.3 calls reserved bytes).
+//!
+//! ROCr 6.1.2 also calls libdrm_amdgpu on the handle `hsaKmtGetAMDGPUDeviceHandle` returns; [`drm`] defines those
+//! libdrm entry points for the emulator's handles and forwards every other handle to the real libdrm_amdgpu.
 //!
 //! # Safety
 //! These are FFI entry points: pointers come from ROCr, which follows `hsakmt.h`. Each function checks pointers
@@ -17,6 +25,10 @@ use rprof_emu::clock;
 use rprof_emu::cp::QueueSpec;
 use rprof_emu::events::EventError;
 use rprof_emu::{emulator, Emulator};
+
+pub mod drm;
+
+use hsa_sys::hsakmt_v6 as v6;
 
 fn guard(f: impl FnOnce() -> HSAKMT_STATUS) -> HSAKMT_STATUS {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(HSAKMT_STATUS_ERROR)
@@ -98,6 +110,22 @@ symver!(
     hsaKmtUpdateQueue,
     hsaKmtSetQueueCUMask,
     hsaKmtAllocQueueGWS,
+    hsaKmtWaitOnEvent_Ext,
+    hsaKmtWaitOnMultipleEvents_Ext,
+    hsaKmtAvailableMemory,
+    hsaKmtGetRuntimeCapabilities,
+    hsaKmtGetAMDGPUDeviceHandle,
+    hsaKmtExportDMABufHandle,
+    hsaKmtDbgEnable,
+    hsaKmtDbgDisable,
+    hsaKmtDbgGetDeviceData,
+    hsaKmtDbgGetQueueData,
+    hsaKmtOpenSMI,
+    hsaKmtReplaceAsanHeaderPage,
+    hsaKmtReturnAsanHeaderPage,
+    hsaKmtSPMAcquire,
+    hsaKmtSPMRelease,
+    hsaKmtSPMSetDestBuffer,
 );
 
 /// Opens the emulated KFD (fails if the configuration is bad).
@@ -112,21 +140,22 @@ pub extern "C" fn hsaKmtCloseKFD() -> HSAKMT_STATUS {
     with_emu(|_| HSAKMT_STATUS_SUCCESS)
 }
 
-/// KFD interface version 1.8.
+/// KFD interface version: `RPROF_EMU_KFD_VERSION`, 1.14 by default (event ages for ROCr >= 6.1).
 ///
 /// # Safety
 /// `v` must be null or point to a writable `HsaVersionInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn hsaKmtGetVersion(v: *mut HsaVersionInfo) -> HSAKMT_STATUS {
-    with_emu(|_| {
+    with_emu(|e| {
         if v.is_null() {
             return HSAKMT_STATUS_INVALID_PARAMETER;
         }
+        let (major, minor) = e.config.kfd_version;
         // SAFETY: non-null, caller provides a writable HsaVersionInfo.
         unsafe {
             *v = HsaVersionInfo {
-                KernelInterfaceMajorVersion: 1,
-                KernelInterfaceMinorVersion: 8,
+                KernelInterfaceMajorVersion: major,
+                KernelInterfaceMinorVersion: minor,
             }
         };
         HSAKMT_STATUS_SUCCESS
@@ -175,6 +204,21 @@ pub extern "C" fn hsaKmtReleaseSystemProperties() -> HSAKMT_STATUS {
     with_emu(|_| HSAKMT_STATUS_SUCCESS)
 }
 
+/// Node properties in the 6.x layout (same size as 5.2.3's; the grown fields sit in 5.2.3's reserved bytes).
+pub fn node_properties_v6(e: &Emulator, node: u32) -> Option<v6::HsaNodeProperties> {
+    let props = e.topology.node_properties(node)?;
+    // SAFETY: both types are bindgen layouts of the same C struct, 356 bytes (checked by `transmute` and by the
+    // layout tests of hsa-sys against both headers), made only of integers, integer arrays and integer unions, so
+    // every byte pattern of one is a valid value of the other; 6.x names fields that 5.2.3 keeps reserved.
+    let mut p: v6::HsaNodeProperties = unsafe { std::mem::transmute(props) };
+    let gpu = e.topology.node(node).and_then(|n| n.gpu).is_some();
+    p.NumXcc = u32::from(gpu);
+    p.KFDGpuID = e.topology.kfd_gpu_id(node);
+    p.FamilyID = e.topology.family_id(node);
+    p.Integrated = u8::from(gpu && p.NumCPUCores > 0);
+    Some(p)
+}
+
 /// Node properties.
 ///
 /// # Safety
@@ -182,13 +226,13 @@ pub extern "C" fn hsaKmtReleaseSystemProperties() -> HSAKMT_STATUS {
 #[no_mangle]
 pub unsafe extern "C" fn hsaKmtGetNodeProperties(
     node: u32,
-    p: *mut HsaNodeProperties,
+    p: *mut v6::HsaNodeProperties,
 ) -> HSAKMT_STATUS {
     with_emu(|e| {
         if p.is_null() {
             return HSAKMT_STATUS_INVALID_PARAMETER;
         }
-        let Some(props) = e.topology.node_properties(node) else {
+        let Some(props) = node_properties_v6(e, node) else {
             return HSAKMT_STATUS_INVALID_NODE_UNIT;
         };
         // SAFETY: non-null, caller-provided struct.
@@ -440,11 +484,45 @@ pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents(
     all: bool,
     ms: u32,
 ) -> HSAKMT_STATUS {
+    // SAFETY: forwarded contract; no ages.
+    unsafe { hsaKmtWaitOnMultipleEvents_Ext(events, n, all, ms, std::ptr::null_mut()) }
+}
+
+/// [`hsaKmtWaitOnEvent`] with the event's age (KFD >= 1.14): `*age` is the age the caller saw last (1 at first,
+/// 0 = not tracked); a different current age returns at once, and the current age is written back.
+///
+/// # Safety
+/// `event` must be null or a live event; `age` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtWaitOnEvent_Ext(
+    event: *mut HsaEvent,
+    ms: u32,
+    age: *mut u64,
+) -> HSAKMT_STATUS {
+    let mut one = [event];
+    // SAFETY: a one-element array of the caller's event pointer; `age` covers one event.
+    unsafe { hsaKmtWaitOnMultipleEvents_Ext(one.as_mut_ptr(), 1, true, ms, age) }
+}
+
+/// [`hsaKmtWaitOnMultipleEvents`] with ages: `ages` is null or holds one age per event, used (and written back)
+/// for signal events only, as the thunk does.
+///
+/// # Safety
+/// `events` must point to `n` live event pointers; `ages` must be null or hold `n` writable ages.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents_Ext(
+    events: *mut *mut HsaEvent,
+    n: u32,
+    all: bool,
+    ms: u32,
+    ages: *mut u64,
+) -> HSAKMT_STATUS {
     with_emu(|e| {
         if events.is_null() || n == 0 {
             return HSAKMT_STATUS_INVALID_PARAMETER;
         }
         let mut ids = Vec::with_capacity(n as usize);
+        let mut last = Vec::with_capacity(n as usize);
         for i in 0..n as usize {
             // SAFETY: `events` holds `n` pointers (contract).
             let ev = unsafe { *events.add(i) };
@@ -452,9 +530,22 @@ pub unsafe extern "C" fn hsaKmtWaitOnMultipleEvents(
                 return HSAKMT_STATUS_INVALID_HANDLE;
             }
             // SAFETY: live event (contract).
-            ids.push(unsafe { (*ev).EventId });
+            let (id, ty) = unsafe { ((*ev).EventId, (*ev).EventData.EventType) };
+            ids.push(id);
+            let aged = !ages.is_null() && ty == HSA_EVENTTYPE_SIGNAL;
+            // SAFETY: `ages` holds `n` entries when non-null (contract).
+            last.push(if aged { unsafe { *ages.add(i) } } else { 0 });
         }
-        event_status(e.events.wait(&ids, all, ms))
+        let r = e.events.wait_aged(&ids, &mut last, all, ms);
+        if !ages.is_null() {
+            for (i, age) in last.iter().enumerate() {
+                if *age != 0 {
+                    // SAFETY: as above; only signal events' entries (the non-zero ones) are written.
+                    unsafe { *ages.add(i) = *age };
+                }
+            }
+        }
+        event_status(r)
     })
 }
 
@@ -853,6 +944,157 @@ pub extern "C" fn hsaKmtAllocQueueGWS(
     _id: HSA_QUEUEID,
     _n: u32,
     _first: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// Free frame-buffer bytes of a GPU node: its VRAM minus the live allocations made for it (ROCr 6.1.2 asserts
+/// this succeeds when it reserves scratch at the first queue, and reports it as `HSA_AMD_AGENT_INFO_MEMORY_AVAIL`).
+///
+/// # Safety
+/// `bytes` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtAvailableMemory(node: u32, bytes: *mut u64) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if bytes.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).and_then(|n| n.gpu).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        let used = e.memory.allocated_bytes_on(node) as u64;
+        // SAFETY: non-null out pointer.
+        unsafe { *bytes = e.topology.vram_bytes.saturating_sub(used) };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// No runtime capabilities (no core dump): always writes 0, because ROCr 6.1.2 reads the mask uninitialised
+/// otherwise.
+///
+/// # Safety
+/// `caps` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetRuntimeCapabilities(caps: *mut u32) -> HSAKMT_STATUS {
+    guard(|| {
+        if caps.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null out pointer.
+        unsafe { *caps = 0 };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// The libdrm_amdgpu device handle of a GPU node: an emulator-owned token that [`drm`]'s libdrm entry points
+/// recognise.
+///
+/// # Safety
+/// `handle` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hsaKmtGetAMDGPUDeviceHandle(
+    node: u32,
+    handle: *mut v6::HsaAMDGPUDeviceHandle,
+) -> HSAKMT_STATUS {
+    with_emu(|e| {
+        if handle.is_null() {
+            return HSAKMT_STATUS_INVALID_PARAMETER;
+        }
+        if e.topology.node(node).and_then(|n| n.gpu).is_none() {
+            return HSAKMT_STATUS_INVALID_NODE_UNIT;
+        }
+        let Some(h) = drm::handle_of_node(node) else {
+            return HSAKMT_STATUS_NO_MEMORY;
+        };
+        // SAFETY: non-null out pointer.
+        unsafe { *handle = h };
+        HSAKMT_STATUS_SUCCESS
+    })
+}
+
+/// dma-buf export (IPC, KFD >= 1.12) is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtExportDMABufHandle(
+    _addr: *mut c_void,
+    _size: u64,
+    _fd: *mut i32,
+    _offset: *mut u64,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// The debugger interface (core dumps) is not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtDbgEnable(_info: *mut *mut c_void, _size: *mut u32) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtDbgEnable`].
+#[no_mangle]
+pub extern "C" fn hsaKmtDbgDisable() -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtDbgEnable`].
+#[no_mangle]
+pub extern "C" fn hsaKmtDbgGetDeviceData(
+    _data: *mut *mut c_void,
+    _n: *mut u32,
+    _entry_size: *mut u32,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtDbgEnable`].
+#[no_mangle]
+pub extern "C" fn hsaKmtDbgGetQueueData(
+    _data: *mut *mut c_void,
+    _n: *mut u32,
+    _entry_size: *mut u32,
+    _suspend: bool,
+) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// SMI events (`HSA_SVM_PROFILE`) are not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtOpenSMI(_node: u32, _fd: *mut i32) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// ASan header pages are only for ASan builds of the runtime: NOT_SUPPORTED, as a non-ASan thunk answers.
+#[no_mangle]
+pub extern "C" fn hsaKmtReplaceAsanHeaderPage(_addr: *mut c_void) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtReplaceAsanHeaderPage`].
+#[no_mangle]
+pub extern "C" fn hsaKmtReturnAsanHeaderPage(_addr: *mut c_void) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// Streaming performance monitors are not emulated.
+#[no_mangle]
+pub extern "C" fn hsaKmtSPMAcquire(_node: u32) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtSPMAcquire`].
+#[no_mangle]
+pub extern "C" fn hsaKmtSPMRelease(_node: u32) -> HSAKMT_STATUS {
+    guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+/// See [`hsaKmtSPMAcquire`].
+#[no_mangle]
+pub extern "C" fn hsaKmtSPMSetDestBuffer(
+    _node: u32,
+    _size: u32,
+    _timeout: *mut u32,
+    _copied: *mut u32,
+    _dest: *mut c_void,
+    _data_loss: *mut bool,
 ) -> HSAKMT_STATUS {
     guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
 }

@@ -5,7 +5,12 @@
 //! generated Rust items to emit a layout checker: a C++ program (`tests/layout/layout.cpp`) and the matching Rust
 //! table (`tests/layout/rust_side.rs`) covering every struct, union, field and bitfield that was generated.
 //!
-//! Usage: `hsa-sys-gen <hsa-sys crate dir>` (see `scripts/gen-hsa-sys.sh`).
+//! With a second argument, the directory holding a newer `hsakmttypes.h` (the libhsakmt-dev 6.2.4 header of the
+//! Debian trixie root, which ROCr 6.1.2 is paired with), it also writes `src/hsakmt_v6.rs` and a second checker
+//! (`tests/layout/layout_v6.cpp`, `tests/layout/rust_side_v6.rs`) that compiles against that directory only: the two
+//! thunk headers define the same names, so they cannot share one C++ translation unit.
+//!
+//! Usage: `hsa-sys-gen <hsa-sys crate dir> [<hsakmt v6 include dir>]` (see `scripts/gen-hsa-sys.sh`).
 
 mod checker;
 
@@ -139,8 +144,21 @@ fn append_table_fn_aliases(source: &str) -> String {
 }
 
 fn generate_hsakmt() -> String {
-    base_builder("hsakmt_sys_wrapper.hpp", HSAKMT_HEADERS)
-        .raw_line(header_banner(HSAKMT_HEADERS))
+    generate_thunk_types(base_builder("hsakmt_sys_wrapper.hpp", HSAKMT_HEADERS), HSAKMT_HEADERS)
+}
+
+/// The thunk types of the newer header in `include_dir` (searched before `/usr/include`).
+fn generate_hsakmt_v6(include_dir: &str) -> String {
+    let banner = ["hsakmttypes.h (libhsakmt-dev 6.2.4, Debian trixie)"];
+    generate_thunk_types(
+        base_builder("hsakmt_v6_sys_wrapper.hpp", HSAKMT_HEADERS).clang_arg(format!("-I{include_dir}")),
+        &banner,
+    )
+}
+
+fn generate_thunk_types(builder: bindgen::Builder, banner: &[&str]) -> String {
+    builder
+        .raw_line(header_banner(banner))
         .allowlist_file(".*/hsakmttypes\\.h")
         // `static const HSA_UUID HSA_PROFILEBLOCK_AMD_*` have internal linkage: as Rust extern statics they would
         // be unresolvable link-time references.
@@ -236,4 +254,19 @@ fn main() {
     );
     write(&crate_dir.join("tests/layout/layout.cpp"), &cpp);
     write(&crate_dir.join("tests/layout/rust_side.rs"), &rust);
+
+    if let Some(v6_dir) = std::env::args().nth(2) {
+        let v6 = replace_repr_align(&generate_hsakmt_v6(&v6_dir));
+        write(&crate_dir.join("src/hsakmt_v6.rs"), &v6);
+        let (cpp, rust) = checker::emit(
+            &[checker::Module {
+                rust_path: "hsa_sys::hsakmt_v6",
+                key: "hsakmt_v6",
+                source: &v6,
+            }],
+            HSAKMT_HEADERS,
+        );
+        write(&crate_dir.join("tests/layout/layout_v6.cpp"), &cpp);
+        write(&crate_dir.join("tests/layout/rust_side_v6.rs"), &rust);
+    }
 }

@@ -1,0 +1,137 @@
+//! Compares every layout of the generated `hsakmt_v6` module with the libhsakmt-dev 6.2.4 `hsakmttypes.h` it was
+//! generated from (the header of the ROCr 6.1.2 root, Debian trixie).
+//!
+//! `layout/layout_v6.cpp` and `layout/rust_side_v6.rs` are both emitted by the generator. The C++ program is
+//! compiled with the directory holding that header first on the include path: `HSAKMT_V6_INCLUDE` if set, else the
+//! trixie root's `/usr/include/hsakmt` under `RPROF_ROCM_ROOTS` (default `/var/cache/rprof-rocm`, where
+//! `scripts/rocm-env.sh 6.1` builds it). The header is plain C types, so the host's compiler serves.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[path = "layout/rust_side_v6.rs"]
+mod rust_side_v6;
+
+/// Checked lines at the time of generation; a change means the header or the generator changed.
+const EXPECTED_LINES: usize = 644;
+
+fn v6_include_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HSAKMT_V6_INCLUDE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let roots = std::env::var_os("RPROF_ROCM_ROOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/rprof-rocm"));
+    let found = std::fs::read_dir(&roots).ok().and_then(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("trixie-") && !n.ends_with(".partial"))
+            })
+            .map(|p| p.join("usr/include/hsakmt"))
+            .find(|d| d.join("hsakmttypes.h").is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no libhsakmt-dev 6.x header: set HSAKMT_V6_INCLUDE, or build the trixie root with \
+             `scripts/rocm-env.sh 6.1` (looked under {})",
+            roots.display()
+        )
+    })
+}
+
+fn to_map(lines: impl IntoIterator<Item = String>, side: &str) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for line in lines {
+        let (label, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("{side}: malformed line {line:?}"));
+        let previous = map.insert(label.to_string(), value.to_string());
+        assert!(previous.is_none(), "{side}: duplicate label {label:?}");
+    }
+    map
+}
+
+fn cpp_lines() -> Vec<String> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/layout/layout_v6.cpp");
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hsa_sys_layout_v6_cpp");
+    let compiler = std::env::var("CXX")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "c++".to_string());
+    let include = v6_include_dir();
+    let compile = Command::new(&compiler)
+        .args(["-std=c++14", "-w", "-I"])
+        .arg(&include)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| panic!("run the C++ compiler {compiler}: {e}"));
+    assert!(
+        compile.status.success(),
+        "{compiler} failed on {} with -I{}:\n{}",
+        source.display(),
+        include.display(),
+        String::from_utf8_lossy(&compile.stderr)
+    );
+    let run = Command::new(&exe)
+        .output()
+        .expect("run the compiled layout checker");
+    assert!(run.status.success(), "layout checker failed");
+    String::from_utf8(run.stdout)
+        .expect("layout checker prints UTF-8")
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_generated_v6_layout_matches_the_6_2_4_header() {
+    let cpp = to_map(cpp_lines(), "C++");
+    let rust = to_map(rust_side_v6::lines(), "Rust");
+    assert_eq!(rust.len(), rust_side_v6::LINE_COUNT);
+    assert_eq!(rust.len(), EXPECTED_LINES);
+    assert_eq!(cpp.len(), EXPECTED_LINES);
+    let mismatches: Vec<String> = cpp
+        .iter()
+        .filter_map(|(label, c)| match rust.get(label) {
+            Some(r) if r == c => None,
+            Some(r) => Some(format!("{label}: C++ {c}, Rust {r}")),
+            None => Some(format!("{label}: missing on the Rust side")),
+        })
+        .chain(
+            rust.keys()
+                .filter(|l| !cpp.contains_key(*l))
+                .map(|l| format!("{l}: missing on the C++ side")),
+        )
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "{} layout mismatches:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn v6_covers_the_grown_fields_the_thunk_writes() {
+    let rust = to_map(rust_side_v6::lines(), "Rust");
+    for label in [
+        "offset hsakmt_v6::_HsaNodeProperties.NumXcc",
+        "offset hsakmt_v6::_HsaNodeProperties.KFDGpuID",
+        "offset hsakmt_v6::_HsaNodeProperties.FamilyID",
+        "offset hsakmt_v6::_HsaNodeProperties.Integrated",
+        "bits hsakmt_v6::_HsaMemFlags.ui32.GTTAccess",
+        "offset hsakmt_v6::_HsaEventData.EventData",
+    ] {
+        assert!(rust.contains_key(label), "{label} not checked");
+    }
+    assert_eq!(rust["size hsakmt_v6::_HsaNodeProperties"], "356");
+    assert_eq!(rust["offset hsakmt_v6::_HsaNodeProperties.NumXcc"], "344");
+    assert_eq!(rust_side_v6::BITFIELD_COUNT, 93);
+}
