@@ -27,7 +27,7 @@ pub struct GpuModel {
 }
 
 /// The ISAs the emulator knows.
-pub const GPU_MODELS: [GpuModel; 5] = [
+pub const GPU_MODELS: [GpuModel; 7] = [
     GpuModel {
         name: "gfx900",
         gfx_version: (9, 0, 0),
@@ -65,11 +65,29 @@ pub const GPU_MODELS: [GpuModel; 5] = [
         wavefront_size: 64,
     },
     GpuModel {
+        name: "gfx942",
+        gfx_version: (9, 4, 2),
+        device_id: 0x74a1,
+        marketing_name: "Emulated AMD Instinct MI300X",
+        compute_units: 304,
+        simds_per_cu: 4,
+        wavefront_size: 64,
+    },
+    GpuModel {
         name: "gfx1030",
         gfx_version: (10, 3, 0),
         device_id: 0x73bf,
         marketing_name: "Emulated AMD Radeon RX 6800 XT",
         compute_units: 72,
+        simds_per_cu: 2,
+        wavefront_size: 32,
+    },
+    GpuModel {
+        name: "gfx1100",
+        gfx_version: (11, 0, 0),
+        device_id: 0x744c,
+        marketing_name: "Emulated AMD Radeon RX 7900 XTX",
+        compute_units: 96,
         simds_per_cu: 2,
         wavefront_size: 32,
     },

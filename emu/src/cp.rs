@@ -71,10 +71,54 @@ pub struct DoorbellPage {
 }
 
 impl DoorbellPage {
-    fn new() -> Box<DoorbellPage> {
-        Box::new(DoorbellPage {
+    /// The page, backed by a memfd (returned too) so that a front-end can map the same doorbells again at the
+    /// address the runtime chooses (KFD's doorbell mmap); a heap page with no fd (-1) if memfd is unavailable.
+    fn new() -> (&'static DoorbellPage, i32) {
+        let size = std::mem::size_of::<DoorbellPage>();
+        // SAFETY: memfd_create reads a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"rprof-emu-doorbells".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: ftruncate on our fresh memfd.
+        if fd >= 0 && unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0 {
+            let align = std::mem::align_of::<DoorbellPage>();
+            // SAFETY: reserves fresh address space (nothing is replaced) to carve an aligned window from.
+            let r = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size + align,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if r != libc::MAP_FAILED {
+                let at = (r as usize).next_multiple_of(align);
+                // SAFETY: maps our memfd over the aligned window of our own reservation.
+                let p = unsafe {
+                    libc::mmap(
+                        at as *mut libc::c_void,
+                        size,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED | libc::MAP_FIXED,
+                        fd,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED {
+                    // SAFETY: the shared mapping is aligned for the type, zero-filled (valid AtomicU64s), sized for
+                    // a DoorbellPage and never unmapped.
+                    return (unsafe { &*(p as *const DoorbellPage) }, fd);
+                }
+            }
+        }
+        if fd >= 0 {
+            // SAFETY: closing our own memfd.
+            unsafe { libc::close(fd) };
+        }
+        let page = Box::new(DoorbellPage {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
-        })
+        });
+        (Box::leak(page), -1)
     }
 }
 
@@ -134,7 +178,8 @@ struct Pending {
 #[derive(Debug)]
 pub struct CommandProcessor {
     queues: Mutex<Vec<HwQueue>>,
-    doorbells: Box<DoorbellPage>,
+    doorbells: &'static DoorbellPage,
+    doorbell_fd: i32,
     doorbell_used: Mutex<Vec<bool>>,
     next_queue_id: AtomicU64,
     kick: (Mutex<bool>, Condvar),
@@ -165,9 +210,11 @@ impl Default for CommandProcessor {
 impl CommandProcessor {
     /// No queues, thread not started.
     pub fn new() -> Self {
+        let (doorbells, doorbell_fd) = DoorbellPage::new();
         CommandProcessor {
             queues: Mutex::new(Vec::new()),
-            doorbells: DoorbellPage::new(),
+            doorbells,
+            doorbell_fd,
             doorbell_used: Mutex::new(vec![false; DOORBELL_SLOTS]),
             next_queue_id: AtomicU64::new(1),
             kick: (Mutex::new(false), Condvar::new()),
@@ -178,6 +225,18 @@ impl CommandProcessor {
 
     fn lock_queues(&self) -> MutexGuard<'_, Vec<HwQueue>> {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The memfd behind the doorbell page (-1 if it is a heap page), and the page's size: a front-end maps it where
+    /// the runtime wants its doorbells (slot `i` at byte `8 * i`).
+    pub fn doorbell_memfd(&self) -> (i32, usize) {
+        (self.doorbell_fd, std::mem::size_of::<DoorbellPage>())
+    }
+
+    /// The slot index of a doorbell address returned by [`CommandProcessor::create_queue`].
+    pub fn doorbell_slot(&self, addr: usize) -> Option<usize> {
+        let off = addr.checked_sub(self.doorbells as *const DoorbellPage as usize)?;
+        (off % 8 == 0 && off / 8 < DOORBELL_SLOTS).then_some(off / 8)
     }
 
     /// Wakes the CP thread from a nap.

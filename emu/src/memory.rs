@@ -50,6 +50,21 @@ struct Tables {
     allocated: BTreeMap<usize, Range>,
     registered: BTreeMap<usize, Range>,
     allocated_bytes: usize,
+    /// GPU virtual address ranges that are not the host address of their memory: base -> (size, host base).
+    /// (KFD's userptr BOs of locked memory get a GPU VA of their own; everything else is identity-mapped.)
+    aliases: BTreeMap<usize, (usize, usize)>,
+}
+
+impl Tables {
+    /// The host address of `[addr, addr + len)` if it lies inside one GPU-VA alias; `addr` otherwise.
+    fn translate(&self, addr: usize, len: usize) -> usize {
+        if let Some((&base, &(size, host))) = self.aliases.range(..=addr).next_back() {
+            if addr.checked_add(len).is_some_and(|end| end <= base + size) {
+                return host + (addr - base);
+            }
+        }
+        addr
+    }
 }
 
 /// All tracked memory.
@@ -78,8 +93,15 @@ impl MemoryView<'_> {
             .or_else(|| containing(&self.tables.registered, addr))
     }
 
-    /// True if `[addr, addr+len)` lies inside one tracked range.
+    /// The host address behind GPU virtual address `addr` (itself unless it is in an alias, see
+    /// [`MemoryTable::alias`]).
+    pub fn translate(&self, addr: usize, len: usize) -> usize {
+        self.tables.translate(addr, len)
+    }
+
+    /// True if `[addr, addr+len)` lies inside one tracked range (after alias translation).
     pub fn contains(&self, addr: usize, len: usize) -> bool {
+        let addr = self.tables.translate(addr, len);
         let Some(end) = addr.checked_add(len) else {
             return false;
         };
@@ -104,6 +126,7 @@ impl MemoryView<'_> {
         if !self.contains(dst, len) || !self.contains(src, len) {
             return false;
         }
+        let (dst, src) = (self.translate(dst, len), self.translate(src, len));
         // SAFETY: both ranges are inside live tracked mappings (checked above, lock held); `copy` allows overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
         true
@@ -117,6 +140,7 @@ impl MemoryView<'_> {
         if dst % 4 != 0 || !self.contains(dst, len) {
             return false;
         }
+        let dst = self.translate(dst, len);
         // SAFETY: the range is inside a live tracked mapping and 4-byte aligned (checked above, lock held).
         let words = unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, count) };
         words.fill(value);
@@ -329,6 +353,25 @@ impl MemoryTable {
             .sum()
     }
 
+    /// Makes GPU virtual addresses `[gpu_va, gpu_va + size)` stand for host memory at `host` (which should be
+    /// tracked) in [`MemoryView::contains`], [`MemoryView::copy`] and [`MemoryView::fill_u32`].
+    pub fn alias(&self, gpu_va: usize, size: usize, host: usize) -> bool {
+        if gpu_va == 0 || size == 0 || gpu_va.checked_add(size).is_none() {
+            return false;
+        }
+        self.lock().aliases.insert(gpu_va, (size, host));
+        true
+    }
+
+    /// Removes an alias made by [`MemoryTable::alias`].
+    pub fn unalias(&self, gpu_va: usize) -> bool {
+        let removed = self.lock().aliases.remove(&gpu_va).is_some();
+        if removed {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        removed
+    }
+
     /// Live counts.
     pub fn stats(&self) -> MemoryStats {
         let t = self.lock();
@@ -382,6 +425,31 @@ mod tests {
         assert!(m.view().find(a).is_none());
         assert!(m.free(b));
         assert_eq!(m.stats(), MemoryStats::default());
+    }
+
+    #[test]
+    fn aliases_translate_gpu_addresses() {
+        let m = MemoryTable::default();
+        let mut buf = vec![0u8; 4096];
+        let host = buf.as_mut_ptr() as usize;
+        assert!(m.register(host, 4096, 0));
+        let gva = 0x7000_0000_0000usize;
+        assert!(!m.view().contains(gva, 8));
+        assert!(m.alias(gva, 4096, host));
+        {
+            let v = m.view();
+            assert!(v.contains(gva + 8, 8));
+            assert!(!v.contains(gva + 4090, 8), "crosses the alias end");
+            assert!(v.fill_u32(gva + 16, 0x0102_0304, 2));
+            assert!(v.copy(gva + 100, gva + 16, 8));
+        }
+        assert_eq!(buf[16..24], [4, 3, 2, 1, 4, 3, 2, 1]);
+        assert_eq!(buf[100..108], [4, 3, 2, 1, 4, 3, 2, 1]);
+        let e = m.epoch();
+        assert!(m.unalias(gva));
+        assert_ne!(m.epoch(), e);
+        assert!(!m.view().contains(gva, 8));
+        assert!(m.deregister(host));
     }
 
     #[test]

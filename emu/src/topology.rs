@@ -69,6 +69,27 @@ fn ascii_name(name: &str) -> [u8; 64] {
     out
 }
 
+/// CP microcode version reported for a model (`EngineId.uCode`, sysfs `fw_version`). ROCr >= 6.2 asserts that the
+/// CP implements asynchronous scratch reclaim on gfx94x from version 177 on, which the emulator does not: gfx94x
+/// reports 170. Others report 800.
+pub fn cp_firmware(m: GpuModel) -> u32 {
+    if (m.gfx_version.0, m.gfx_version.1) == (9, 4) {
+        170
+    } else {
+        800
+    }
+}
+
+/// Vector registers per CU in bytes, as KFD's thunk computes them: 512 KiB on gfx908, gfx90a and gfx94x, 384 KiB on
+/// gfx11/gfx12, 256 KiB otherwise.
+pub fn vgpr_bytes_per_cu(m: GpuModel) -> u32 {
+    match m.gfx_version {
+        (9, 0, 8) | (9, 0, 10) | (9, 4, _) | (9, 5, _) => 0x80000,
+        (11, _, _) | (12, _, _) => 0x60000,
+        _ => 0x40000,
+    }
+}
+
 impl Topology {
     /// Builds the topology a configuration describes.
     pub fn new(config: &Config) -> Topology {
@@ -269,7 +290,7 @@ impl Topology {
             engine.set_Major(m.gfx_version.0);
             engine.set_Minor(m.gfx_version.1);
             engine.set_Stepping(m.gfx_version.2);
-            engine.set_uCode(800);
+            engine.set_uCode(cp_firmware(m));
             p.EngineId = HSA_ENGINE_ID { ui32: engine };
             p.VendorId = 0x1002;
             p.DeviceId = m.device_id;
@@ -292,7 +313,7 @@ impl Topology {
             p.NumSdmaQueuesPerEngine = 8;
             p.NumCpQueues = 24;
             p.UniqueID = 0x0e30_0000_0000_0000 | u64::from(id);
-            p.VGPRSizePerCU = 512 << 10;
+            p.VGPRSizePerCU = vgpr_bytes_per_cu(m);
             p.SGPRSizePerCU = 800 * 4;
         }
         Some(p)
@@ -319,6 +340,38 @@ mod tests {
         assert_eq!(t.kfd_gpu_id(1), 0x3f81);
         assert_eq!(t.family_id(1), 141);
         assert_eq!(t.family_id(0), 0);
+    }
+
+    #[test]
+    fn newer_isas_have_their_firmware_and_register_sizes() {
+        let c = Config {
+            gpus: ["gfx942", "gfx1100", "gfx90a", "gfx1030"]
+                .iter()
+                .map(|n| crate::config::model_by_name(n).unwrap())
+                .collect(),
+            ..Config::default()
+        };
+        let t = Topology::new(&c);
+        let p = |n| t.node_properties(n).unwrap();
+        // SAFETY: reading the bitfield view of a u32 union is always valid.
+        let engine = |n| unsafe { p(n).EngineId.ui32 };
+        assert_eq!(
+            (engine(1).Major(), engine(1).Minor(), engine(1).Stepping()),
+            (9, 4, 2)
+        );
+        assert_eq!(
+            engine(1).uCode(),
+            170,
+            "below ROCr's async-reclaim gate (177)"
+        );
+        assert_eq!(p(1).VGPRSizePerCU, 0x80000);
+        assert!(p(1).NumSdmaEngines >= 1);
+        assert_eq!((engine(2).Major(), engine(2).Minor()), (11, 0));
+        assert_eq!(engine(2).uCode(), 800);
+        assert_eq!(p(2).VGPRSizePerCU, 0x60000);
+        assert_eq!(p(2).WaveFrontSize, 32);
+        assert_eq!(p(3).VGPRSizePerCU, 0x80000);
+        assert_eq!(p(4).VGPRSizePerCU, 0x40000);
     }
 
     #[test]

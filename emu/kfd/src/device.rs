@@ -1,0 +1,922 @@
+//! The emulated `/dev/kfd`: KFD ioctls and the mmaps of the kfd and render fds, over the device core.
+//!
+//! Buffer objects (BOs) are what `ALLOC_MEMORY_OF_GPU` creates. Their memory appears when the thunk maps them:
+//! VRAM and GTT BOs through `mmap(render fd, mmap_offset)` at the VA the thunk chose (an anonymous read-write
+//! `MAP_NORESERVE` mapping there, whatever protection was asked, so that the command processor can read
+//! `PROT_NONE` device memory too), user-pointer BOs are the caller's pages already. Either way the range is then
+//! tracked in the core's memory table, which is what lets the command processor touch it. A user-pointer BO
+//! whose GPU VA differs from its CPU address (`hsa_amd_memory_lock`) becomes an alias in the core (GPU VA → host).
+//!
+//! On the kfd fd, mmap offsets carry a type in bits 63:62: doorbells (3) map the core's memfd-backed doorbell page,
+//! so the runtime's 64-bit doorbell stores land where the command processor polls; events (2) map the event page
+//! KFD allocates on an APU; MMIO (0) is a plain page nobody reads.
+//!
+//! Events: signal ids are the core's (1..4095 here: KFD's page has 4096 slots and slot 0 is reserved; the 4096th
+//! is refused with ENOSPC as KFD does). The first `CREATE_EVENT` of a dGPU process hands over the thunk's event
+//! page (a GTT BO), which is filled with 0xFF; the command processor writes event ids into its slots, which are
+//! in tracked memory.
+//!
+//! # Safety
+//! The ioctl argument pointer comes from the caller and is read and written as the request's struct, whose size
+//! is checked against `_IOC_SIZE`; nested pointers (event arrays, device-id arrays, tile arrays) are trusted to
+//! have the advertised length, as KFD's `copy_from_user` would check.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use libc::{c_int, c_ulong, c_void, off_t, size_t};
+use rprof_emu::cp::QueueSpec;
+use rprof_emu::events::EventError;
+use rprof_emu::{clock, Emulator};
+
+use crate::fds::FdKind;
+use crate::real;
+use crate::sysfs::{gpu_id, node_of_gpu_id};
+
+/// KFD interface version reported by `GET_VERSION`.
+pub const KFD_VERSION: (u32, u32) = (1, 13);
+
+const MMAP_TYPE_SHIFT: u32 = 62;
+const MMAP_TYPE_DOORBELL: u64 = 3;
+const MMAP_TYPE_EVENTS: u64 = 2;
+const MMAP_TYPE_MMIO: u64 = 0;
+const MMAP_GPU_ID_SHIFT: u32 = 46;
+const MMAP_GPU_ID_MASK: u64 = ((1 << 16) - 1) << MMAP_GPU_ID_SHIFT;
+
+const FLAG_VRAM: u32 = 1 << 0;
+const FLAG_GTT: u32 = 1 << 1;
+const FLAG_USERPTR: u32 = 1 << 2;
+const FLAG_DOORBELL: u32 = 1 << 3;
+const FLAG_MMIO: u32 = 1 << 4;
+
+/// Signal-event slots of KFD's event page (32 KiB of 8-byte slots).
+pub const EVENT_SLOTS: u32 = 4096;
+const EVENT_PAGE_BYTES: usize = EVENT_SLOTS as usize * 8;
+
+/// Lowest address of the GPU VM KFD reports (the thunk picks VAs above it).
+const GPUVM_BASE: u64 = 0x100_0000;
+/// 48-bit VM: the thunk then uses unreserved mmap apertures (GPU VA == CPU VA).
+const GPUVM_LIMIT: u64 = 0x7FFF_FFFF_FFFF;
+const LDS_BASE: u64 = 1 << 48;
+const SCRATCH_BASE: u64 = 2 << 48;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BoKind {
+    Vram,
+    Gtt,
+    Userptr,
+    Doorbell,
+    Mmio,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bo {
+    node: u32,
+    kind: BoKind,
+    va: u64,
+    size: u64,
+    mmap_offset: u64,
+    /// Base of the range registered in the core's memory table.
+    tracked: Option<usize>,
+    alias: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    bos: BTreeMap<u64, Bo>,
+    by_offset: BTreeMap<u64, u64>,
+    next_index: u32,
+    vram_used: BTreeMap<u32, u64>,
+    /// The event page as the runtime sees it (base, bytes).
+    event_page: Option<(usize, usize)>,
+    /// The APU event page's memfd.
+    event_memfd: c_int,
+    /// Render fds the runtime acquired a VM with, per node.
+    acquired: BTreeMap<u32, c_int>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    bos: BTreeMap::new(),
+    by_offset: BTreeMap::new(),
+    next_index: 1,
+    vram_used: BTreeMap::new(),
+    event_page: None,
+    event_memfd: -1,
+    acquired: BTreeMap::new(),
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads the request's struct from `arg`.
+///
+/// # Safety
+/// `arg` must point to at least `size_of::<T>()` readable bytes (checked by the caller against `_IOC_SIZE`).
+unsafe fn get<T: Copy>(arg: *mut c_void) -> T {
+    // SAFETY: per the contract.
+    unsafe { std::ptr::read_unaligned(arg as *const T) }
+}
+
+/// Writes the request's struct back.
+///
+/// # Safety
+/// As [`get`], writable.
+unsafe fn put<T: Copy>(arg: *mut c_void, v: T) {
+    // SAFETY: per the contract.
+    unsafe { std::ptr::write_unaligned(arg as *mut T, v) }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GetVersion {
+    major: u32,
+    minor: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct CreateQueue {
+    ring_base: u64,
+    write_pointer: u64,
+    read_pointer: u64,
+    doorbell_offset: u64,
+    ring_size: u32,
+    gpu_id: u32,
+    queue_type: u32,
+    queue_percentage: u32,
+    queue_priority: u32,
+    queue_id: u32,
+    eop_address: u64,
+    eop_size: u64,
+    ctx_save_restore_address: u64,
+    ctx_save_restore_size: u32,
+    ctl_stack_size: u32,
+    sdma_engine_id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct IdArgs {
+    id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ClockCounters {
+    gpu: u64,
+    cpu: u64,
+    system: u64,
+    system_freq: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct UpdateQueue {
+    ring_base: u64,
+    queue_id: u32,
+    ring_size: u32,
+    queue_percentage: u32,
+    queue_priority: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct CreateEvent {
+    event_page_offset: u64,
+    event_trigger_data: u32,
+    event_type: u32,
+    auto_reset: u32,
+    node_id: u32,
+    event_id: u32,
+    event_slot_index: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct WaitEvents {
+    events_ptr: u64,
+    num_events: u32,
+    wait_for_all: u32,
+    timeout: u32,
+    wait_result: u32,
+}
+
+/// `kfd_event_data`: a 32-byte union (the signal member starts with `last_event_age`), an extension pointer, the
+/// event id.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct EventData {
+    payload: [u64; 4],
+    ext: u64,
+    event_id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct TileConfig {
+    tile_config_ptr: u64,
+    macro_tile_config_ptr: u64,
+    num_tile_configs: u32,
+    num_macro_tile_configs: u32,
+    gpu_id: u32,
+    gb_addr_config: u32,
+    num_banks: u32,
+    num_ranks: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AperturesNew {
+    ptr: u64,
+    num_of_nodes: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Apertures {
+    lds_base: u64,
+    lds_limit: u64,
+    scratch_base: u64,
+    scratch_limit: u64,
+    gpuvm_base: u64,
+    gpuvm_limit: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AcquireVm {
+    drm_fd: u32,
+    gpu_id: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AllocMemory {
+    va_addr: u64,
+    size: u64,
+    handle: u64,
+    mmap_offset: u64,
+    gpu_id: u32,
+    flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MapMemory {
+    handle: u64,
+    device_ids_array_ptr: u64,
+    n_devices: u32,
+    n_success: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AvailableMemory {
+    available: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RuntimeEnable {
+    r_debug: u64,
+    mode_mask: u32,
+    capabilities_mask: u32,
+}
+
+/// KFD ioctl numbers (`_IOC_NR`, type `'K'`).
+mod nr {
+    pub const GET_VERSION: u32 = 0x01;
+    pub const CREATE_QUEUE: u32 = 0x02;
+    pub const DESTROY_QUEUE: u32 = 0x03;
+    pub const SET_MEMORY_POLICY: u32 = 0x04;
+    pub const GET_CLOCK_COUNTERS: u32 = 0x05;
+    pub const UPDATE_QUEUE: u32 = 0x07;
+    pub const CREATE_EVENT: u32 = 0x08;
+    pub const DESTROY_EVENT: u32 = 0x09;
+    pub const SET_EVENT: u32 = 0x0A;
+    pub const RESET_EVENT: u32 = 0x0B;
+    pub const WAIT_EVENTS: u32 = 0x0C;
+    pub const SET_SCRATCH_BACKING_VA: u32 = 0x11;
+    pub const GET_TILE_CONFIG: u32 = 0x12;
+    pub const SET_TRAP_HANDLER: u32 = 0x13;
+    pub const GET_PROCESS_APERTURES_NEW: u32 = 0x14;
+    pub const ACQUIRE_VM: u32 = 0x15;
+    pub const ALLOC_MEMORY_OF_GPU: u32 = 0x16;
+    pub const FREE_MEMORY_OF_GPU: u32 = 0x17;
+    pub const MAP_MEMORY_TO_GPU: u32 = 0x18;
+    pub const UNMAP_MEMORY_FROM_GPU: u32 = 0x19;
+    pub const SET_CU_MASK: u32 = 0x1A;
+    pub const ALLOC_QUEUE_GWS: u32 = 0x1E;
+    pub const SET_XNACK_MODE: u32 = 0x21;
+    pub const AVAILABLE_MEMORY: u32 = 0x23;
+    pub const RUNTIME_ENABLE: u32 = 0x25;
+}
+
+fn log(emu: &Emulator, what: std::fmt::Arguments<'_>) {
+    if emu.config.log {
+        eprintln!("rprof-emu-kfd: {what}");
+    }
+}
+
+/// Answers an ioctl on one of our fds. Returns the ioctl result (-1 with errno set on failure).
+///
+/// # Safety
+/// `arg` must be what the request's `_IOC_SIZE` says (the caller's contract with the kernel).
+pub unsafe fn ioctl(
+    emu: &'static Emulator,
+    kind: FdKind,
+    request: c_ulong,
+    arg: *mut c_void,
+) -> c_int {
+    let req = request as u32;
+    let ty = (req >> 8) & 0xff;
+    let number = req & 0xff;
+    let size = ((req >> 16) & 0x3fff) as usize;
+    if kind != FdKind::Kfd || ty != u32::from(b'K') {
+        log(
+            emu,
+            format_args!("unsupported ioctl {request:#x} on {kind:?}"),
+        );
+        return real::fail(libc::ENOTTY);
+    }
+    if arg.is_null() && size > 0 {
+        return real::fail(libc::EFAULT);
+    }
+    macro_rules! args {
+        ($t:ty) => {{
+            if size < std::mem::size_of::<$t>() {
+                return real::fail(libc::EINVAL);
+            }
+            // SAFETY: `arg` has `size` bytes (caller's contract), at least the struct's size (checked).
+            unsafe { get::<$t>(arg) }
+        }};
+    }
+    macro_rules! reply {
+        ($v:expr) => {{
+            // SAFETY: as in `args!` (the size was checked when the struct was read).
+            unsafe { put(arg, $v) };
+            0
+        }};
+    }
+    match number {
+        nr::GET_VERSION => {
+            let _ = args!(GetVersion);
+            reply!(GetVersion {
+                major: KFD_VERSION.0,
+                minor: KFD_VERSION.1
+            })
+        }
+        nr::GET_PROCESS_APERTURES_NEW => {
+            let mut a = args!(AperturesNew);
+            let gpus: Vec<u32> = emu.topology.gpu_nodes().map(|(n, _)| n).collect();
+            if a.ptr == 0 || (a.num_of_nodes as usize) < gpus.len() {
+                return real::fail(libc::EINVAL);
+            }
+            for (i, node) in gpus.iter().enumerate() {
+                let ap = Apertures {
+                    lds_base: LDS_BASE,
+                    lds_limit: LDS_BASE | 0xFFFF_FFFF,
+                    scratch_base: SCRATCH_BASE,
+                    scratch_limit: SCRATCH_BASE | 0xFFFF_FFFF,
+                    gpuvm_base: GPUVM_BASE,
+                    gpuvm_limit: GPUVM_LIMIT,
+                    gpu_id: gpu_id(*node),
+                    pad: 0,
+                };
+                // SAFETY: the caller's array has `num_of_nodes` entries (checked >= the GPU count).
+                unsafe { std::ptr::write_unaligned((a.ptr as *mut Apertures).add(i), ap) };
+            }
+            a.num_of_nodes = gpus.len() as u32;
+            reply!(a)
+        }
+        nr::ACQUIRE_VM => {
+            let a = args!(AcquireVm);
+            let Some(node) = node_of_gpu_id(emu, a.gpu_id) else {
+                return real::fail(libc::EINVAL);
+            };
+            if crate::fds::kind(a.drm_fd as c_int) != Some(FdKind::Render(node)) {
+                log(
+                    emu,
+                    format_args!(
+                        "ACQUIRE_VM with fd {} that is not node {node}'s render fd",
+                        a.drm_fd
+                    ),
+                );
+                return real::fail(libc::EINVAL);
+            }
+            state().acquired.insert(node, a.drm_fd as c_int);
+            0
+        }
+        nr::SET_MEMORY_POLICY
+        | nr::SET_SCRATCH_BACKING_VA
+        | nr::SET_TRAP_HANDLER
+        | nr::SET_CU_MASK => 0,
+        nr::GET_CLOCK_COUNTERS => {
+            let mut c = args!(ClockCounters);
+            let sys = clock::now_ns();
+            c.gpu = if node_of_gpu_id(emu, c.gpu_id).is_some() {
+                clock::gpu_ticks_at(sys)
+            } else {
+                0
+            };
+            c.cpu = clock::cpu_ns();
+            c.system = sys;
+            c.system_freq = clock::SYSTEM_CLOCK_HZ;
+            reply!(c)
+        }
+        nr::GET_TILE_CONFIG => {
+            let mut t = args!(TileConfig);
+            if node_of_gpu_id(emu, t.gpu_id).is_none() {
+                return real::fail(libc::EINVAL);
+            }
+            // SAFETY: the caller's arrays hold the advertised number of u32 entries.
+            unsafe {
+                if t.tile_config_ptr != 0 {
+                    std::ptr::write_bytes(
+                        t.tile_config_ptr as *mut u32,
+                        0,
+                        t.num_tile_configs as usize,
+                    );
+                }
+                if t.macro_tile_config_ptr != 0 {
+                    std::ptr::write_bytes(
+                        t.macro_tile_config_ptr as *mut u32,
+                        0,
+                        t.num_macro_tile_configs as usize,
+                    );
+                }
+            }
+            t.gb_addr_config = rprof_emu::topology::GB_ADDR_CONFIG;
+            t.num_banks = 16;
+            t.num_ranks = 1;
+            reply!(t)
+        }
+        nr::SET_XNACK_MODE => {
+            let v: i32 = args!(i32);
+            match v {
+                v if v < 0 => reply!(0i32),
+                0 => 0,
+                _ => real::fail(libc::EPERM),
+            }
+        }
+        nr::AVAILABLE_MEMORY => {
+            let mut a = args!(AvailableMemory);
+            let Some(node) = node_of_gpu_id(emu, a.gpu_id) else {
+                return real::fail(libc::EINVAL);
+            };
+            let used = state().vram_used.get(&node).copied().unwrap_or(0);
+            a.available = vram_bytes(emu, node).saturating_sub(used);
+            reply!(a)
+        }
+        nr::RUNTIME_ENABLE => {
+            let mut r = args!(RuntimeEnable);
+            r.capabilities_mask = 0;
+            reply!(r)
+        }
+        nr::ALLOC_MEMORY_OF_GPU => {
+            let mut a = args!(AllocMemory);
+            match alloc(emu, &mut a) {
+                Ok(()) => reply!(a),
+                Err(e) => real::fail(e),
+            }
+        }
+        nr::FREE_MEMORY_OF_GPU => {
+            let handle: u64 = args!(u64);
+            free(emu, handle)
+        }
+        nr::MAP_MEMORY_TO_GPU | nr::UNMAP_MEMORY_FROM_GPU => {
+            let mut m = args!(MapMemory);
+            if !state().bos.contains_key(&m.handle) {
+                return real::fail(libc::EINVAL);
+            }
+            for i in m.n_success..m.n_devices {
+                // SAFETY: the caller's device-id array has `n_devices` entries.
+                let id = unsafe {
+                    std::ptr::read_unaligned((m.device_ids_array_ptr as *const u32).add(i as usize))
+                };
+                if node_of_gpu_id(emu, id).is_none() {
+                    return real::fail(libc::EINVAL);
+                }
+            }
+            m.n_success = m.n_devices;
+            reply!(m)
+        }
+        nr::CREATE_QUEUE => {
+            // The runtime's struct is 96 bytes; newer headers append fields we do not read.
+            let mut q = args!(CreateQueue);
+            match create_queue(emu, &mut q) {
+                Ok(()) => reply!(q),
+                Err(e) => real::fail(e),
+            }
+        }
+        nr::DESTROY_QUEUE => {
+            let a = args!(IdArgs);
+            if emu.cp.destroy_queue(u64::from(a.id)) {
+                0
+            } else {
+                real::fail(libc::EINVAL)
+            }
+        }
+        nr::UPDATE_QUEUE => {
+            let u = args!(UpdateQueue);
+            if u.queue_percentage > 100 {
+                return real::fail(libc::EINVAL);
+            }
+            if emu
+                .cp
+                .update_queue(u64::from(u.queue_id), u.queue_percentage)
+            {
+                0
+            } else {
+                real::fail(libc::EINVAL)
+            }
+        }
+        nr::CREATE_EVENT => {
+            let mut c = args!(CreateEvent);
+            match create_event(emu, &mut c) {
+                Ok(()) => reply!(c),
+                Err(e) => real::fail(e),
+            }
+        }
+        nr::DESTROY_EVENT => {
+            let a = args!(IdArgs);
+            event_result(emu.events.destroy(a.id))
+        }
+        nr::SET_EVENT => {
+            let a = args!(IdArgs);
+            event_result(emu.events.fire(a.id))
+        }
+        nr::RESET_EVENT => {
+            let a = args!(IdArgs);
+            event_result(emu.events.reset(a.id))
+        }
+        nr::WAIT_EVENTS => {
+            let mut w = args!(WaitEvents);
+            let mut ids = Vec::with_capacity(w.num_events as usize);
+            for i in 0..w.num_events as usize {
+                // SAFETY: the caller's array has `num_events` entries.
+                let d: EventData =
+                    unsafe { std::ptr::read_unaligned((w.events_ptr as *const EventData).add(i)) };
+                ids.push(d.event_id);
+            }
+            let timeout = match w.timeout {
+                u32::MAX => u32::MAX,
+                t => t.min(0x7FFF_FFFF),
+            };
+            let r = emu.events.wait(&ids, w.wait_for_all != 0, timeout);
+            w.wait_result = match r {
+                Ok(()) => 0,
+                Err(EventError::Timeout) => 1,
+                Err(_) => 2,
+            };
+            // SAFETY: as in `args!`.
+            unsafe { put(arg, w) };
+            if matches!(r, Err(EventError::UnknownEvent)) {
+                real::fail(libc::EINVAL)
+            } else {
+                0
+            }
+        }
+        nr::ALLOC_QUEUE_GWS => real::fail(libc::ENODEV),
+        other => {
+            log(
+                emu,
+                format_args!("unsupported KFD ioctl nr {other:#x} (request {request:#x})"),
+            );
+            real::fail(libc::EINVAL)
+        }
+    }
+}
+
+fn event_result(r: Result<(), EventError>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(EventError::OutOfResources) => real::fail(libc::ENOSPC),
+        Err(_) => real::fail(libc::EINVAL),
+    }
+}
+
+fn vram_bytes(emu: &Emulator, node: u32) -> u64 {
+    match emu.topology.node(node) {
+        Some(n) if n.cpu_cores == 0 => emu.topology.vram_bytes,
+        // An APU's "VRAM" is system memory.
+        _ => rprof_emu::topology::SYSTEM_MEMORY_BYTES,
+    }
+}
+
+fn alloc(emu: &Emulator, a: &mut AllocMemory) -> Result<(), c_int> {
+    let node = node_of_gpu_id(emu, a.gpu_id).ok_or(libc::EINVAL)?;
+    if a.size == 0 {
+        return Err(libc::EINVAL);
+    }
+    let kind = match a.flags & 0x1f {
+        FLAG_VRAM => BoKind::Vram,
+        FLAG_GTT => BoKind::Gtt,
+        FLAG_USERPTR => BoKind::Userptr,
+        FLAG_DOORBELL => BoKind::Doorbell,
+        FLAG_MMIO => BoKind::Mmio,
+        _ => return Err(libc::EINVAL),
+    };
+    let mut st = state();
+    if kind == BoKind::Vram {
+        let used = st.vram_used.entry(node).or_insert(0);
+        if *used + a.size > vram_bytes(emu, node) {
+            return Err(libc::ENOMEM);
+        }
+        *used += a.size;
+    }
+    let index = st.next_index;
+    st.next_index = st.next_index.checked_add(1).ok_or(libc::ENOMEM)?;
+    let handle = (u64::from(a.gpu_id) << 32) | u64::from(index);
+    let gpu = u64::from(a.gpu_id) << MMAP_GPU_ID_SHIFT;
+    let mut bo = Bo {
+        node,
+        kind,
+        va: a.va_addr,
+        size: a.size,
+        mmap_offset: 0,
+        tracked: None,
+        alias: false,
+    };
+    match kind {
+        BoKind::Vram | BoKind::Gtt => {
+            bo.mmap_offset = u64::from(index) << 16;
+            st.by_offset.insert(bo.mmap_offset, handle);
+        }
+        BoKind::Doorbell => bo.mmap_offset = (MMAP_TYPE_DOORBELL << MMAP_TYPE_SHIFT) | gpu,
+        BoKind::Mmio => bo.mmap_offset = (MMAP_TYPE_MMIO << MMAP_TYPE_SHIFT) | gpu,
+        BoKind::Userptr => {
+            let host = a.mmap_offset;
+            bo.mmap_offset = host;
+            if emu.memory.register(host as usize, a.size as usize, 0) {
+                bo.tracked = Some(host as usize);
+            }
+            if a.va_addr != 0 && a.va_addr != host {
+                bo.alias = emu
+                    .memory
+                    .alias(a.va_addr as usize, a.size as usize, host as usize);
+            }
+        }
+    }
+    a.handle = handle;
+    a.mmap_offset = bo.mmap_offset;
+    st.bos.insert(handle, bo);
+    Ok(())
+}
+
+fn free(emu: &Emulator, handle: u64) -> c_int {
+    let mut st = state();
+    let Some(bo) = st.bos.remove(&handle) else {
+        return real::fail(libc::EINVAL);
+    };
+    if matches!(bo.kind, BoKind::Vram | BoKind::Gtt) {
+        st.by_offset.remove(&bo.mmap_offset);
+    }
+    if bo.kind == BoKind::Vram {
+        if let Some(used) = st.vram_used.get_mut(&bo.node) {
+            *used = used.saturating_sub(bo.size);
+        }
+    }
+    if let Some((base, _)) = st.event_page {
+        if bo.tracked == Some(base) {
+            st.event_page = None;
+        }
+    }
+    drop(st);
+    // The thunk frees before it unmaps (and then maps PROT_NONE over the range): forget the range, keep the pages.
+    if let Some(base) = bo.tracked {
+        emu.memory.deregister(base);
+    }
+    if bo.alias {
+        emu.memory.unalias(bo.va as usize);
+    }
+    0
+}
+
+fn create_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int> {
+    let node = node_of_gpu_id(emu, q.gpu_id).ok_or(libc::EINVAL)?;
+    if q.queue_percentage > 100 || q.queue_priority > 15 {
+        return Err(libc::EINVAL);
+    }
+    const COMPUTE_AQL: u32 = 2;
+    if q.queue_type != COMPUTE_AQL {
+        // No SDMA or PM4 queues: ROCr falls back to blit kernels for copies.
+        log(
+            emu,
+            format_args!(
+                "refusing queue type {} (only AQL compute queues)",
+                q.queue_type
+            ),
+        );
+        return Err(libc::EINVAL);
+    }
+    let spec = QueueSpec {
+        node,
+        ring: q.ring_base as usize,
+        ring_bytes: q.ring_size as usize,
+        read_ptr: q.read_pointer as usize,
+    };
+    let (id, doorbell) = emu.cp.create_queue(emu, spec).ok_or(libc::ENOMEM)?;
+    let Some(slot) = emu.cp.doorbell_slot(doorbell) else {
+        emu.cp.destroy_queue(id);
+        return Err(libc::ENOMEM);
+    };
+    q.queue_id = id as u32;
+    q.doorbell_offset = (MMAP_TYPE_DOORBELL << MMAP_TYPE_SHIFT)
+        | (u64::from(q.gpu_id) << MMAP_GPU_ID_SHIFT)
+        | (slot as u64 * 8);
+    Ok(())
+}
+
+fn create_event(emu: &Emulator, c: &mut CreateEvent) -> Result<(), c_int> {
+    const SIGNAL: u32 = 0;
+    const DEBUG: u32 = 5;
+    let signal = c.event_type == SIGNAL || c.event_type == DEBUG;
+    {
+        let mut st = state();
+        if c.event_page_offset != 0 && st.event_page.is_none() {
+            // The thunk's event page (a GTT BO it allocated and mapped), by handle.
+            let bo = st
+                .bos
+                .get(&c.event_page_offset)
+                .copied()
+                .ok_or(libc::EINVAL)?;
+            let base = bo.tracked.ok_or(libc::EINVAL)?;
+            let bytes = (bo.size as usize).min(EVENT_PAGE_BYTES);
+            // SAFETY: the BO is mapped read-write by us at `base` for `bo.size` bytes and tracked.
+            unsafe { std::ptr::write_bytes(base as *mut u8, 0xFF, bytes) };
+            st.event_page = Some((base, bytes));
+        }
+    }
+    let (id, _) = emu
+        .events
+        .create(signal, c.auto_reset == 0, false)
+        .map_err(|_| libc::ENOSPC)?;
+    if signal && id >= EVENT_SLOTS {
+        let _ = emu.events.destroy(id);
+        return Err(libc::ENOSPC);
+    }
+    c.event_id = id;
+    if signal {
+        c.event_trigger_data = id;
+        c.event_slot_index = id;
+        c.event_page_offset = MMAP_TYPE_EVENTS << MMAP_TYPE_SHIFT;
+    } else {
+        c.event_trigger_data = 0;
+        c.event_slot_index = 0;
+        c.event_page_offset = 0;
+    }
+    Ok(())
+}
+
+/// Answers `mmap` on one of our fds.
+///
+/// # Safety
+/// As `mmap(2)` with `MAP_FIXED`: the caller owns the range at `addr`.
+pub unsafe fn mmap(
+    emu: &'static Emulator,
+    kind: FdKind,
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: off_t,
+) -> *mut c_void {
+    let off = offset as u64;
+    let fixed = flags & libc::MAP_FIXED;
+    let anon = |exec: bool| {
+        let p = libc::PROT_READ | libc::PROT_WRITE | if exec { libc::PROT_EXEC } else { 0 };
+        // SAFETY: an anonymous mapping at the caller's address (its range, per the contract) or a fresh one.
+        unsafe {
+            real::mmap(
+                addr,
+                len,
+                p,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
+                -1,
+                0,
+            )
+        }
+    };
+    let fail = |e| {
+        real::fail(e);
+        libc::MAP_FAILED
+    };
+    match kind {
+        FdKind::Render(_) => {
+            let mut st = state();
+            let Some(&handle) = st.by_offset.get(&off) else {
+                log(emu, format_args!("mmap of unknown render offset {off:#x}"));
+                return fail(libc::EINVAL);
+            };
+            let p = anon(prot & libc::PROT_EXEC != 0);
+            if p == libc::MAP_FAILED {
+                return p;
+            }
+            let bo = st
+                .bos
+                .get_mut(&handle)
+                .expect("by_offset points at a live BO");
+            if let Some(old) = bo.tracked.take() {
+                emu.memory.deregister(old);
+            }
+            if emu.memory.register(p as usize, len, 0) {
+                bo.tracked = Some(p as usize);
+            }
+            p
+        }
+        FdKind::Kfd => match off >> MMAP_TYPE_SHIFT {
+            MMAP_TYPE_DOORBELL => {
+                let (fd, size) = emu.cp.doorbell_memfd();
+                if fd < 0 || len > size {
+                    return fail(libc::EINVAL);
+                }
+                // SAFETY: maps our doorbell memfd shared at the caller's address (its range, per the contract).
+                unsafe {
+                    real::mmap(
+                        addr,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED | fixed,
+                        fd,
+                        0,
+                    )
+                }
+            }
+            MMAP_TYPE_EVENTS => {
+                let mut st = state();
+                if st.event_memfd < 0 {
+                    match real::memfd(c"rprof-emu-kfd-events", EVENT_PAGE_BYTES as u64) {
+                        Some(fd) => st.event_memfd = fd,
+                        None => return fail(libc::ENOMEM),
+                    }
+                }
+                if len > EVENT_PAGE_BYTES {
+                    return fail(libc::EINVAL);
+                }
+                // SAFETY: maps our event memfd shared at the caller's (or a fresh) address.
+                let p = unsafe {
+                    real::mmap(
+                        addr,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED | fixed,
+                        st.event_memfd,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED {
+                    // SAFETY: the fresh shared mapping has `len` writable bytes.
+                    unsafe { std::ptr::write_bytes(p as *mut u8, 0xFF, len) };
+                    emu.memory.register(p as usize, len, 0);
+                    st.event_page = Some((p as usize, len));
+                }
+                p
+            }
+            MMAP_TYPE_MMIO if off & !MMAP_GPU_ID_MASK == 0 => anon(false),
+            _ => {
+                log(emu, format_args!("mmap of unknown kfd offset {off:#x}"));
+                fail(libc::EINVAL)
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_sizes_match_kfd_ioctl_h() {
+        assert_eq!(std::mem::size_of::<CreateQueue>(), 96);
+        assert_eq!(std::mem::offset_of!(CreateQueue, doorbell_offset), 24);
+        assert_eq!(std::mem::offset_of!(CreateQueue, queue_id), 52);
+        assert_eq!(std::mem::offset_of!(CreateQueue, eop_address), 56);
+        assert_eq!(std::mem::offset_of!(CreateQueue, ctx_save_restore_size), 80);
+        assert_eq!(std::mem::offset_of!(CreateQueue, sdma_engine_id), 88);
+        assert_eq!(std::mem::size_of::<ClockCounters>(), 40);
+        assert_eq!(std::mem::size_of::<UpdateQueue>(), 24);
+        assert_eq!(std::mem::size_of::<CreateEvent>(), 32);
+        assert_eq!(std::mem::size_of::<WaitEvents>(), 24);
+        assert_eq!(std::mem::size_of::<EventData>(), 48);
+        assert_eq!(std::mem::offset_of!(EventData, event_id), 40);
+        assert_eq!(std::mem::size_of::<TileConfig>(), 40);
+        assert_eq!(std::mem::size_of::<AperturesNew>(), 16);
+        assert_eq!(std::mem::size_of::<Apertures>(), 56);
+        assert_eq!(std::mem::size_of::<AllocMemory>(), 40);
+        assert_eq!(std::mem::size_of::<MapMemory>(), 24);
+        assert_eq!(std::mem::size_of::<AvailableMemory>(), 16);
+        assert_eq!(std::mem::size_of::<RuntimeEnable>(), 16);
+    }
+}
