@@ -2,12 +2,13 @@
 """Counts the kernel dispatches of one rprof run in each output format and checks them against what the program
 says it launched.
 
-usage: trace_counts.py OUTDIR STEM [PROGRAM_STDOUT]
+usage: trace_counts.py [--serialized] OUTDIR STEM [PROGRAM_STDOUT]
 
 Reads OUTDIR/STEM_kernel_trace.csv, OUTDIR/STEM_results.json and OUTDIR/STEM.pftrace (through pftrace_check.py
 --json, next to this script). The program's output may hold `LAUNCHED kernel=<name> count=<n>` lines (trace_app,
 hip-tests), with `<name>` a prefix of the traced kernel name, and a `TOTAL <n>` line. Prints one line per format
-and exits 1 if any count differs, dispatch ids repeat, or a dispatch ends before it starts.
+and exits 1 if any count differs, dispatch ids repeat, or a dispatch ends before it starts. With --serialized
+(a --serialize-kernels run) it also fails if two dispatches of one agent overlap in time.
 """
 import collections
 import csv
@@ -42,14 +43,27 @@ def expected_counts(path):
 
 
 def main():
-    outdir, stem = sys.argv[1], sys.argv[2]
-    launched, total = expected_counts(sys.argv[3] if len(sys.argv) > 3 else None)
+    args = sys.argv[1:]
+    serialized = "--serialized" in args
+    args = [a for a in args if a != "--serialized"]
+    outdir, stem = args[0], args[1]
+    launched, total = expected_counts(args[2] if len(args) > 2 else None)
     errors = []
     by_format = {}
 
     rows = list(csv.DictReader(open(os.path.join(outdir, stem + "_kernel_trace.csv"))))
     by_format["csv"] = [(r["Kernel_Name"], int(r["Dispatch_Id"]), int(r["Start_Timestamp"]),
                          int(r["End_Timestamp"])) for r in rows]
+
+    if serialized:
+        spans = collections.defaultdict(list)
+        for r in rows:
+            spans[r["Agent_Id"]].append((int(r["Start_Timestamp"]), int(r["End_Timestamp"])))
+        for agent, s in spans.items():
+            s.sort()
+            overlaps = sum(1 for a, b in zip(s, s[1:]) if a[1] > b[0])
+            if overlaps:
+                errors.append(f"csv: {overlaps} overlapping dispatches on agent {agent} with --serialize-kernels")
 
     doc = json.load(open(os.path.join(outdir, stem + "_results.json")))
     by_format["json"] = [(d["kernel_name"], d["dispatch_id"], d["start_ns"], d["end_ns"])
