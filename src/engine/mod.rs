@@ -58,7 +58,7 @@ use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
-pub use packet::RawPacket;
+pub use packet::{hardware_ring_takes, hardware_slots, RawPacket};
 pub use wake::{SleepKind, Wake};
 pub use writer::{KernelNames, WriterOutcome};
 
