@@ -243,7 +243,8 @@ pub fn hardware_ring_takes(size: u64, read: u64, write: u64, needed: u64) -> boo
         return true;
     }
     let used = write.saturating_sub(read).min(size);
-    size - used >= needed + 1
+    // One slot more than the batch: the spare one for the retry barrier.
+    size - used > needed
 }
 
 fn field(header: u16, shift: u32, width: u32) -> u32 {
