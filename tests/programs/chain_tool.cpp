@@ -26,9 +26,10 @@ decltype(hsa_amd_queue_intercept_register)* g_register = nullptr;
 std::atomic<uint64_t> g_kernels{0};
 std::mutex g_mutex;
 uint64_t g_checked = 0, g_misplaced = 0;
-// The marker whose packet is not in the ring yet when its callback runs.
-const hsa_queue_t* g_pending_queue = nullptr;
-uint64_t g_pending_id = 0, g_pending_object = 0;
+// The marker whose packet is not in the ring yet when its callback runs. Per thread: the callback runs on the
+// thread whose writer call submits the marker, which checks it once that call returns.
+thread_local const hsa_queue_t* g_pending_queue = nullptr;
+thread_local uint64_t g_pending_id = 0, g_pending_object = 0;
 
 uint16_t packet_type(const void* p) {
   uint16_t header;
