@@ -2,17 +2,18 @@
 //! (crate `rprof-emu-thunk`, for runtimes that load the thunk as a library) and the KFD preload library
 //! (crate `rprof-emu-kfd`, for runtimes with the thunk built in).
 //!
-//! The real ROCr 5.2.3 (and HIP on top of it) runs unmodified over this library when it comes first on
-//! `LD_LIBRARY_PATH`. It owns everything below ROCr (topology, memory, events, queues, the command processor)
+//! The real ROCr 5.2.3 and 6.1.2 (and HIP 5.2.3 / 5.7.1 on top of them) run unmodified over the thunk front-end
+//! when it comes first on `LD_LIBRARY_PATH`. It owns everything below ROCr (topology, memory, events, queues, the command processor)
 //! and must not touch ROCr itself or the tracer: it is only the test device, loaded by the runtime like a driver.
 //! How the pieces fit:
 //!
-//! * `rprof-emu-thunk` (a separate crate) exports the 42 `hsaKmt*` functions ROCr imports, with the C signatures of `hsakmt.h`, all versioned
-//!   `HSAKMT_1`. Each wraps its body in `catch_unwind` and translates to and from the KFD structs of
-//!   [`hsa_sys::hsakmt`].
+//! * `rprof-emu-thunk` (a separate crate) exports the 58 `hsaKmt*` functions ROCr 5.2.3 and 6.1.2 import, with the
+//!   C signatures of `hsakmt.h`, all versioned `HSAKMT_1`, plus the libdrm_amdgpu calls ROCr 6.1.2 makes on its
+//!   device handles. Each wraps its body in `catch_unwind` and translates to and from the KFD structs of
+//!   [`hsa_sys::hsakmt`] (and [`hsa_sys::hsakmt_v6`] where 6.x grew them).
 //! * [`Emulator`] is the process-wide machine, created on first use from the [`config::Config`] read from the
 //!   environment: its [`topology::Topology`] (nodes, banks, caches, links), [`memory::MemoryTable`] (host-backed
-//!   allocations and registered user memory), [`events::EventTable`] (KFD events with their mailbox page),
+//!   allocations and registered user memory), [`events::EventTable`] (KFD events with their mailbox page and ages),
 //!   [`cp::CommandProcessor`] (the AQL queues and the single command-processor thread with its deadline heap) and
 //!   [`kernels::HostKernelRegistry`] (host implementations of kernels).
 //! * [`kernels`] says what a kernel object is: its symbol (parsed from the loaded code object), a registered host

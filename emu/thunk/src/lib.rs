@@ -16,6 +16,8 @@
 //! These are FFI entry points: pointers come from ROCr, which follows `hsakmt.h`. Each function checks pointers
 //! for null before use, runs its body under `catch_unwind` and returns `HSAKMT_STATUS_ERROR` if it panicked.
 
+#![deny(missing_docs)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use hsa_sys::hsakmt::*;
@@ -1097,4 +1099,151 @@ pub extern "C" fn hsaKmtSPMSetDestBuffer(
     _data_loss: *mut bool,
 ) -> HSAKMT_STATUS {
     guard(|| HSAKMT_STATUS_NOT_SUPPORTED)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The 6.1.2 entry points called in-process, as ROCr calls them (default configuration: a CPU node and one
+    //! gfx90a).
+    use super::*;
+
+    fn descriptor(ty: HSA_EVENTTYPE) -> HsaEventDescriptor {
+        HsaEventDescriptor {
+            EventType: ty,
+            NodeId: 0,
+            SyncVar: HsaSyncVar::default(),
+        }
+    }
+
+    fn create(ty: HSA_EVENTTYPE, manual: bool) -> *mut HsaEvent {
+        let mut d = descriptor(ty);
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: valid descriptor and out pointer.
+        let s = unsafe { hsaKmtCreateEvent(&mut d, manual, false, &mut ev) };
+        assert_eq!(s, HSAKMT_STATUS_SUCCESS);
+        ev
+    }
+
+    #[test]
+    fn ext_waits_track_ages_of_signal_events_only() {
+        let sig = create(HSA_EVENTTYPE_SIGNAL, false);
+        let mem = create(HSA_EVENTTYPE_MEMORY, true);
+        // ROCr's first sleep passes age 1: nothing fired yet, so the wait times out and the age stays.
+        let mut age = 1u64;
+        // SAFETY: live events, writable age.
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_WAIT_TIMEOUT);
+        assert_eq!(age, 1);
+        // SAFETY: live event.
+        let got = unsafe { hsaKmtSetEvent(sig) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        // SAFETY: as above.
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 0, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(age, 2);
+        // The fire was consumed; with the current age the next wait sleeps (times out).
+        // SAFETY: as above.
+        let got = unsafe { hsaKmtWaitOnEvent_Ext(sig, 1, &mut age) };
+        assert_eq!(got, HSAKMT_STATUS_WAIT_TIMEOUT);
+        // Wait-any on a memory event and the signal event with its current age: the memory event's entry is not
+        // an age (ages are for signal events only), so its stale-looking 1 neither wakes nor is written.
+        let mut ages = [1u64, 2];
+        let mut events = [mem, sig];
+        // SAFETY: two live events, two writable ages.
+        let s = unsafe {
+            hsaKmtWaitOnMultipleEvents_Ext(events.as_mut_ptr(), 2, false, 0, ages.as_mut_ptr())
+        };
+        assert_eq!(s, HSAKMT_STATUS_WAIT_TIMEOUT);
+        assert_eq!(ages, [1, 2]);
+        // A stale age wakes a waiter at once although nothing is signaled any more; the current age comes back.
+        let mut ages = [1u64, 77];
+        let mut events = [sig, mem];
+        // SAFETY: as above.
+        let s = unsafe {
+            hsaKmtWaitOnMultipleEvents_Ext(events.as_mut_ptr(), 2, false, 0, ages.as_mut_ptr())
+        };
+        assert_eq!(s, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(ages, [2, 77]);
+        // A null age array is the pre-1.14 wait.
+        // SAFETY: as above.
+        let s = unsafe {
+            hsaKmtWaitOnMultipleEvents_Ext(events.as_mut_ptr(), 2, false, 0, std::ptr::null_mut())
+        };
+        assert_eq!(s, HSAKMT_STATUS_WAIT_TIMEOUT);
+        for ev in [sig, mem] {
+            // SAFETY: created above, destroyed once.
+            let got = unsafe { hsaKmtDestroyEvent(ev) };
+            assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        }
+    }
+
+    #[test]
+    fn version_capabilities_and_available_memory() {
+        let mut v = HsaVersionInfo::default();
+        // SAFETY: writable struct.
+        let got = unsafe { hsaKmtGetVersion(&mut v) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(
+            (v.KernelInterfaceMajorVersion, v.KernelInterfaceMinorVersion),
+            (1, 14)
+        );
+        let mut caps = 0xdead_beef_u32;
+        // SAFETY: writable mask.
+        let got = unsafe { hsaKmtGetRuntimeCapabilities(&mut caps) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(caps, 0);
+        let e = emulator().unwrap();
+        let mut free = 0u64;
+        // SAFETY: writable out value.
+        let got = unsafe { hsaKmtAvailableMemory(1, &mut free) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(
+            free,
+            e.topology.vram_bytes - e.memory.allocated_bytes_on(1) as u64
+        );
+        assert!(
+            free > (8 * 140) << 20,
+            "ROCr 6.1.2 reserves scratch above this"
+        );
+        // SAFETY: as above.
+        let got = unsafe { hsaKmtAvailableMemory(0, &mut free) };
+        assert_eq!(got, HSAKMT_STATUS_INVALID_NODE_UNIT);
+    }
+
+    #[test]
+    fn node_properties_have_the_6x_fields_and_a_device_handle() {
+        let mut p = v6::HsaNodeProperties::default();
+        // SAFETY: writable struct of the 6.x layout.
+        let got = unsafe { hsaKmtGetNodeProperties(1, &mut p) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!(p.NumXcc, 1);
+        assert_eq!(p.KFDGpuID, 0x3f81);
+        assert_eq!(p.FamilyID, 141);
+        assert_eq!(p.Integrated, 0);
+        assert_eq!(p.DeviceId, 0x740f);
+        // SAFETY: as above.
+        let got = unsafe { hsaKmtGetNodeProperties(0, &mut p) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        assert_eq!((p.NumXcc, p.KFDGpuID), (0, 0));
+        let mut h: v6::HsaAMDGPUDeviceHandle = std::ptr::null_mut();
+        // SAFETY: writable handle.
+        let got = unsafe { hsaKmtGetAMDGPUDeviceHandle(1, &mut h) };
+        assert_eq!(got, HSAKMT_STATUS_SUCCESS);
+        let mut info = std::mem::MaybeUninit::<drm::AmdgpuGpuInfo>::zeroed();
+        // SAFETY: our handle and a writable info struct.
+        let got = unsafe { drm::amdgpu_query_gpu_info(h, info.as_mut_ptr()) };
+        assert_eq!(got, 0);
+        // SAFETY: zero-initialised and then written by the call.
+        let info = unsafe { info.assume_init() };
+        assert_eq!(info.gpu_counter_freq, 100_000);
+        // SAFETY: our handle.
+        let name = unsafe { std::ffi::CStr::from_ptr(drm::amdgpu_get_marketing_name(h)) };
+        assert_eq!(name.to_str().unwrap(), "Emulated AMD Instinct MI210");
+        // SAFETY: our handle: no DRM file.
+        let got = unsafe { drm::amdgpu_device_get_fd(h) };
+        assert_eq!(got, -1);
+        // SAFETY: writable handle.
+        let got = unsafe { hsaKmtGetAMDGPUDeviceHandle(0, &mut h) };
+        assert_eq!(got, HSAKMT_STATUS_INVALID_NODE_UNIT);
+    }
 }
