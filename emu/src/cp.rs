@@ -300,11 +300,25 @@ impl CommandProcessor {
         ring: usize,
         ring_bytes: usize,
     ) -> Option<(u64, usize, usize, usize)> {
+        self.create_sdma_queue_publishing(emu, node, ring, ring_bytes, 0)
+    }
+
+    /// [`CommandProcessor::create_sdma_queue`] that also publishes the read index at `external_read_ptr` (an
+    /// aligned u64 in tracked memory that outlives the queue, or 0), as KFD does for the runtime's queue structure.
+    pub fn create_sdma_queue_publishing(
+        &'static self,
+        emu: &'static Emulator,
+        node: u32,
+        ring: usize,
+        ring_bytes: usize,
+        external_read_ptr: usize,
+    ) -> Option<(u64, usize, usize, usize)> {
         if ring == 0 || ring_bytes < 256 || !ring_bytes.is_power_of_two() {
             return None;
         }
         let slot = self.claim_doorbell()?;
-        let state = crate::sdma::SdmaState::new(ring_bytes as u64);
+        let mut state = crate::sdma::SdmaState::new(ring_bytes as u64);
+        state.external_read_ptr = external_read_ptr;
         let rptr = &*state.read_index as *const AtomicU64 as usize;
         let wptr = &*state.write_index as *const AtomicU64 as usize;
         let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
@@ -876,7 +890,14 @@ impl CpThread {
                 pattern,
                 pattern_len,
                 repeats,
-            } => match crate::kernels::read_untracked(pattern as usize, pattern_len as usize) {
+            } => match crate::kernels::read_untracked(
+                // A GPU address of locked host memory (KFD's userptr alternate VA) reads through its host pages.
+                self.emu
+                    .memory
+                    .view()
+                    .translate(pattern as usize, pattern_len as usize),
+                pattern_len as usize,
+            ) {
                 Some(pat) if !pat.is_empty() && repeats.saturating_mul(pattern_len) <= 1 << 40 => {
                     let total = (repeats * pattern_len) as usize;
                     let chunk: Vec<u8> = pat

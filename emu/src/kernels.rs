@@ -266,7 +266,12 @@ pub fn kernel_symbol(memory: &crate::memory::MemoryTable, kernel_object: u64) ->
 /// ulong size)`, with the argument conventions ROCclr 5.2 uses when it sets them (unaligned copies pass
 /// `size = bytes / 4 + 1` and `remain = bytes % 4`; fills pass one non-null buffer whose element size is the unit of
 /// `patternSize` and `offset`, and `size` pattern repetitions).
+///
+/// ROCclr 6.x (HIP 6.4) changed two of them, and both layouts are recognised (see [`rocclr6_blit`]).
 pub fn rocclr_blit(name: &str, kernarg: &[u8]) -> Option<RocclrBlit> {
+    if let Some(b) = rocclr6_blit(name, kernarg) {
+        return Some(b);
+    }
     match name {
         "__amd_rocclr_copyBuffer" => {
             let (src, dst, so, doff, size, remain) = (
@@ -315,6 +320,65 @@ pub fn rocclr_blit(name: &str, kernarg: &[u8]) -> Option<RocclrBlit> {
                 pattern,
                 pattern_len,
                 repeats: reps,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// ROCclr 6.x's grid-stride blits (HIP 6.4):
+/// `__amd_rocclr_copyBuffer(uchar* src, uchar* dst, ulong size, uint remainder, uint aligned_size, ulong end_ptr,
+/// uint next_chunk)` copies `size` bytes (units of `aligned_size` = 4 or 16 bytes up to `end_ptr`, then the
+/// `remainder` bytes), and `__amd_rocclr_fillBufferAligned(void* buf, uchar* pattern, uint pattern_size,
+/// uint alignment, ulong end_ptr, uint next_chunk)` repeats a pattern of `pattern_size` elements of `alignment`
+/// bytes (1 for unknown alignments) from `buf` to `end_ptr`. They are told from the 5.x layouts by their internal
+/// consistency: for copies a unit of 4 or 16 and `dst <= end_ptr <= dst + size`; for fills two non-null pointers
+/// first (5.x passes exactly one non-null buffer among four) and `buf < end_ptr`.
+pub fn rocclr6_blit(name: &str, kernarg: &[u8]) -> Option<RocclrBlit> {
+    match name {
+        "__amd_rocclr_copyBuffer" => {
+            let (src, dst, size) = (
+                rd_u64(kernarg, 0)?,
+                rd_u64(kernarg, 8)?,
+                rd_u64(kernarg, 16)?,
+            );
+            let (remainder, unit, end) = (
+                u64::from(rd_u32(kernarg, 24)?),
+                rd_u32(kernarg, 28)?,
+                rd_u64(kernarg, 32)?,
+            );
+            let consistent = matches!(unit, 4 | 16)
+                && remainder <= size
+                && dst <= end
+                && end <= dst.checked_add(size)?
+                && src != 0;
+            consistent.then_some(RocclrBlit::Copy {
+                dst,
+                src,
+                len: size,
+            })
+        }
+        "__amd_rocclr_fillBufferAligned" => {
+            let (buf, pattern) = (rd_u64(kernarg, 0)?, rd_u64(kernarg, 8)?);
+            let (elements, align, end) = (
+                u64::from(rd_u32(kernarg, 16)?),
+                u64::from(rd_u32(kernarg, 20)?),
+                rd_u64(kernarg, 24)?,
+            );
+            if buf == 0 || pattern == 0 || elements == 0 || end <= buf {
+                return None;
+            }
+            let unit = if matches!(align, 2 | 4 | 8 | 16) {
+                align
+            } else {
+                1
+            };
+            let pattern_len = elements.checked_mul(unit)?;
+            Some(RocclrBlit::Fill {
+                dst: buf,
+                pattern,
+                pattern_len,
+                repeats: (end - buf).div_ceil(pattern_len),
             })
         }
         _ => None,
@@ -572,6 +636,54 @@ mod tests {
         assert!(r.lookup(8, None).is_none());
         assert!(r.unregister(&HostKernelKey::Name("k".into())));
         assert!(r.lookup(8, Some("k")).is_none());
+    }
+
+    #[test]
+    fn rocclr6_blit_arguments() {
+        let mut k = vec![0u8; 64];
+        let put =
+            |k: &mut Vec<u8>, off: usize, v: u64| k[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |k: &mut Vec<u8>, off: usize, v: u32| k[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        // copyBuffer of 1003 bytes: 62 16-byte units, then 11 bytes.
+        put(&mut k, 0, 0x10_0000);
+        put(&mut k, 8, 0x20_0000);
+        put(&mut k, 16, 1003);
+        put32(&mut k, 24, 11);
+        put32(&mut k, 28, 16);
+        put(&mut k, 32, 0x20_0000 + 992);
+        put32(&mut k, 40, 4096);
+        assert_eq!(
+            rocclr_blit("__amd_rocclr_copyBuffer", &k),
+            Some(RocclrBlit::Copy {
+                dst: 0x20_0000,
+                src: 0x10_0000,
+                len: 1003
+            })
+        );
+        // end_ptr beyond dst + size: not this layout.
+        put(&mut k, 32, 0x20_0000 + 2000);
+        assert_eq!(rocclr6_blit("__amd_rocclr_copyBuffer", &k), None);
+        // fillBufferAligned: a 4-byte pattern of 1 element with alignment 4 over 4096 bytes.
+        let mut f = vec![0u8; 64];
+        put(&mut f, 0, 0x30_0000);
+        put(&mut f, 8, 0x40_0000);
+        put32(&mut f, 16, 1);
+        put32(&mut f, 20, 4);
+        put(&mut f, 24, 0x30_0000 + 4096);
+        assert_eq!(
+            rocclr_blit("__amd_rocclr_fillBufferAligned", &f),
+            Some(RocclrBlit::Fill {
+                dst: 0x30_0000,
+                pattern: 0x40_0000,
+                pattern_len: 4,
+                repeats: 1024
+            })
+        );
+        // A 5.x fill (one non-null buffer among four) is not taken for a 6.x one.
+        let mut old = vec![0u8; 64];
+        put(&mut old, 16, 0x30_0000);
+        assert_eq!(rocclr6_blit("__amd_rocclr_fillBufferAligned", &old), None);
     }
 
     #[test]

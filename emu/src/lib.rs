@@ -3,7 +3,8 @@
 //! (crate `rprof-emu-kfd`, for runtimes with the thunk built in).
 //!
 //! The real ROCr 5.2.3 and 6.1.2 (and HIP 5.2.3 / 5.7.1 on top of them) run unmodified over the thunk front-end
-//! when it comes first on `LD_LIBRARY_PATH`. It owns everything below ROCr (topology, memory, events, queues, the command processor)
+//! when it comes first on `LD_LIBRARY_PATH`; ROCr 6.4.3 (HIP 6.4.3), whose thunk is built in, runs over the KFD
+//! front-end preloaded with `LD_PRELOAD`. The core owns everything below ROCr (topology, memory, events, queues, the command processor)
 //! and must not touch ROCr itself or the tracer: it is only the test device, loaded by the runtime like a driver.
 //! How the pieces fit:
 //!

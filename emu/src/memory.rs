@@ -343,16 +343,6 @@ impl MemoryTable {
         self.with_range_mut(addr, |r| r.user_data = data)
     }
 
-    /// Bytes in live allocations made for `node` (what `hsaKmtAvailableMemory` subtracts from a GPU's VRAM).
-    pub fn allocated_bytes_on(&self, node: u32) -> usize {
-        self.lock()
-            .allocated
-            .values()
-            .filter(|r| r.node == node)
-            .map(|r| r.size)
-            .sum()
-    }
-
     /// Makes GPU virtual addresses `[gpu_va, gpu_va + size)` stand for host memory at `host` (which should be
     /// tracked) in [`MemoryView::contains`], [`MemoryView::copy`] and [`MemoryView::fill_u32`].
     pub fn alias(&self, gpu_va: usize, size: usize, host: usize) -> bool {
@@ -370,6 +360,16 @@ impl MemoryTable {
             self.epoch.fetch_add(1, Ordering::AcqRel);
         }
         removed
+    }
+
+    /// Bytes in live allocations made for `node` (what `hsaKmtAvailableMemory` subtracts from a GPU's VRAM).
+    pub fn allocated_bytes_on(&self, node: u32) -> usize {
+        self.lock()
+            .allocated
+            .values()
+            .filter(|r| r.node == node)
+            .map(|r| r.size)
+            .sum()
     }
 
     /// Live counts.

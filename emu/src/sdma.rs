@@ -42,6 +42,9 @@ pub struct SdmaState {
     pub write_index: Box<AtomicU64>,
     /// Engine stopped on a bad packet.
     pub halted: bool,
+    /// Another address (0 = none) where the read index is published too: KFD's SDMA queues report it in the
+    /// runtime's own queue structure (`read_pointer_address` of `CREATE_QUEUE`).
+    pub external_read_ptr: usize,
 }
 
 impl SdmaState {
@@ -52,6 +55,7 @@ impl SdmaState {
             read_index: Box::new(AtomicU64::new(0)),
             write_index: Box::new(AtomicU64::new(0)),
             halted: false,
+            external_read_ptr: 0,
         }
     }
 }
@@ -221,6 +225,9 @@ pub unsafe fn run_queue(emu: &Emulator, ring: usize, state: &mut SdmaState, door
             Step::Done(bytes) => {
                 rd += bytes;
                 state.read_index.store(rd, Ordering::Release);
+                if state.external_read_ptr != 0 {
+                    write_u64(emu, state.external_read_ptr, rd);
+                }
                 progress = true;
             }
             Step::Wait => break,

@@ -33,9 +33,6 @@ use crate::fds::FdKind;
 use crate::real;
 use crate::sysfs::{gpu_id, node_of_gpu_id};
 
-/// KFD interface version reported by `GET_VERSION`.
-pub const KFD_VERSION: (u32, u32) = (1, 13);
-
 const MMAP_TYPE_SHIFT: u32 = 62;
 const MMAP_TYPE_DOORBELL: u64 = 3;
 const MMAP_TYPE_EVENTS: u64 = 2;
@@ -48,6 +45,7 @@ const FLAG_GTT: u32 = 1 << 1;
 const FLAG_USERPTR: u32 = 1 << 2;
 const FLAG_DOORBELL: u32 = 1 << 3;
 const FLAG_MMIO: u32 = 1 << 4;
+const FLAG_EXECUTABLE: u32 = 1 << 30;
 
 /// Signal-event slots of KFD's event page (32 KiB of 8-byte slots).
 pub const EVENT_SLOTS: u32 = 4096;
@@ -372,10 +370,8 @@ pub unsafe fn ioctl(
     match number {
         nr::GET_VERSION => {
             let _ = args!(GetVersion);
-            reply!(GetVersion {
-                major: KFD_VERSION.0,
-                minor: KFD_VERSION.1
-            })
+            let (major, minor) = emu.config.kfd_version;
+            reply!(GetVersion { major, minor })
         }
         nr::GET_PROCESS_APERTURES_NEW => {
             let mut a = args!(AperturesNew);
@@ -513,10 +509,31 @@ pub unsafe fn ioctl(
             reply!(m)
         }
         nr::CREATE_QUEUE => {
-            // The runtime's struct is 96 bytes; newer headers append fields we do not read.
-            let mut q = args!(CreateQueue);
+            // ROCr 6.x sends 96 bytes; older thunks 88 (no `sdma_engine_id`), newer headers append fields we do
+            // not read. Copy what the caller has, up to our struct.
+            const OLDEST: usize = std::mem::offset_of!(CreateQueue, sdma_engine_id);
+            if size < OLDEST {
+                return real::fail(libc::EINVAL);
+            }
+            let n = size.min(std::mem::size_of::<CreateQueue>());
+            let mut bytes = [0u8; std::mem::size_of::<CreateQueue>()];
+            // SAFETY: `arg` has `size >= n` readable bytes (caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(arg as *const u8, bytes.as_mut_ptr(), n) };
+            // SAFETY: CreateQueue is plain integers; every byte pattern is valid.
+            let mut q: CreateQueue =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const CreateQueue) };
             match create_queue(emu, &mut q) {
-                Ok(()) => reply!(q),
+                Ok(()) => {
+                    // SAFETY: writes back the same `n <= size` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            &q as *const CreateQueue as *const u8,
+                            arg as *mut u8,
+                            n,
+                        )
+                    };
+                    0
+                }
                 Err(e) => real::fail(e),
             }
         }
@@ -563,18 +580,37 @@ pub unsafe fn ioctl(
         }
         nr::WAIT_EVENTS => {
             let mut w = args!(WaitEvents);
-            let mut ids = Vec::with_capacity(w.num_events as usize);
-            for i in 0..w.num_events as usize {
+            let n = w.num_events as usize;
+            let events = w.events_ptr as *mut EventData;
+            let mut ids = Vec::with_capacity(n);
+            let mut ages = Vec::with_capacity(n);
+            let aged = emu.config.kfd_version.1 >= 14;
+            for i in 0..n {
                 // SAFETY: the caller's array has `num_events` entries.
-                let d: EventData =
-                    unsafe { std::ptr::read_unaligned((w.events_ptr as *const EventData).add(i)) };
+                let d: EventData = unsafe { std::ptr::read_unaligned(events.add(i)) };
                 ids.push(d.event_id);
+                // Signal events carry `last_event_age` first in the union (KFD >= 1.14); others carry no age.
+                ages.push(if aged && d.event_id < EVENT_SLOTS {
+                    d.payload[0]
+                } else {
+                    0
+                });
             }
             let timeout = match w.timeout {
                 u32::MAX => u32::MAX,
                 t => t.min(0x7FFF_FFFF),
             };
-            let r = emu.events.wait(&ids, w.wait_for_all != 0, timeout);
+            let r = emu
+                .events
+                .wait_aged(&ids, &mut ages, w.wait_for_all != 0, timeout);
+            if r.is_ok() && aged {
+                for (i, age) in ages.iter().enumerate() {
+                    if ids[i] < EVENT_SLOTS && *age != 0 {
+                        // SAFETY: as above; the age is the first u64 of entry `i`.
+                        unsafe { std::ptr::write_unaligned(events.add(i) as *mut u64, *age) };
+                    }
+                }
+            }
             w.wait_result = match r {
                 Ok(()) => 0,
                 Err(EventError::Timeout) => 1,
@@ -653,6 +689,34 @@ fn alloc(emu: &Emulator, a: &mut AllocMemory) -> Result<(), c_int> {
         BoKind::Vram | BoKind::Gtt => {
             bo.mmap_offset = u64::from(index) << 16;
             st.by_offset.insert(bo.mmap_offset, handle);
+            // Back the BO at its VA right away: older thunks (ROCr 5.2.3's) map only host-accessible BOs for the
+            // CPU, but the command processor must reach device memory too. The VA is the thunk's reservation for
+            // this BO, so replacing it is what the kernel driver's GPU mapping would do; a later render-fd mmap at
+            // the same address keeps these pages.
+            if a.va_addr != 0 {
+                let exec = if a.flags & FLAG_EXECUTABLE != 0 {
+                    libc::PROT_EXEC
+                } else {
+                    0
+                };
+                // SAFETY: the range is the thunk's reservation for this BO (KFD maps the BO there for the GPU).
+                let p = unsafe {
+                    real::mmap(
+                        a.va_addr as *mut c_void,
+                        a.size as usize,
+                        libc::PROT_READ | libc::PROT_WRITE | exec,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_NORESERVE
+                            | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED && emu.memory.register(p as usize, a.size as usize, 0) {
+                    bo.tracked = Some(p as usize);
+                }
+            }
         }
         BoKind::Doorbell => bo.mmap_offset = (MMAP_TYPE_DOORBELL << MMAP_TYPE_SHIFT) | gpu,
         BoKind::Mmio => bo.mmap_offset = (MMAP_TYPE_MMIO << MMAP_TYPE_SHIFT) | gpu,
@@ -710,24 +774,45 @@ fn create_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int
         return Err(libc::EINVAL);
     }
     const COMPUTE_AQL: u32 = 2;
-    if q.queue_type != COMPUTE_AQL {
-        // No SDMA or PM4 queues: ROCr falls back to blit kernels for copies.
-        log(
-            emu,
-            format_args!(
-                "refusing queue type {} (only AQL compute queues)",
-                q.queue_type
-            ),
-        );
-        return Err(libc::EINVAL);
-    }
-    let spec = QueueSpec {
-        node,
-        ring: q.ring_base as usize,
-        ring_bytes: q.ring_size as usize,
-        read_ptr: q.read_pointer as usize,
+    const SDMA: u32 = 1;
+    const SDMA_XGMI: u32 = 3;
+    let (id, doorbell) = match q.queue_type {
+        COMPUTE_AQL => {
+            let spec = QueueSpec {
+                node,
+                ring: q.ring_base as usize,
+                ring_bytes: q.ring_size as usize,
+                read_ptr: q.read_pointer as usize,
+            };
+            emu.cp.create_queue(emu, spec).ok_or(libc::ENOMEM)?
+        }
+        // With RPROF_EMU_SDMA=1 the core's SDMA engine serves them (publishing the read index where the thunk
+        // reads it); otherwise, as without free engines, ROCr falls back to blit kernels.
+        SDMA | SDMA_XGMI if emu.config.sdma => {
+            let rptr = q.read_pointer as usize;
+            if rptr == 0 || rptr % 8 != 0 {
+                return Err(libc::EINVAL);
+            }
+            let (id, doorbell, _, _) = emu
+                .cp
+                .create_sdma_queue_publishing(
+                    emu,
+                    node,
+                    q.ring_base as usize,
+                    q.ring_size as usize,
+                    rptr,
+                )
+                .ok_or(libc::ENOMEM)?;
+            (id, doorbell)
+        }
+        other => {
+            log(
+                emu,
+                format_args!("refusing queue type {other} (SDMA only with RPROF_EMU_SDMA=1)"),
+            );
+            return Err(libc::ENOMEM);
+        }
     };
-    let (id, doorbell) = emu.cp.create_queue(emu, spec).ok_or(libc::ENOMEM)?;
     let Some(slot) = emu.cp.doorbell_slot(doorbell) else {
         emu.cp.destroy_queue(id);
         return Err(libc::ENOMEM);
@@ -820,6 +905,11 @@ pub unsafe fn mmap(
                 log(emu, format_args!("mmap of unknown render offset {off:#x}"));
                 return fail(libc::EINVAL);
             };
+            let bo = st.bos.get(&handle).expect("by_offset points at a live BO");
+            if fixed != 0 && bo.tracked == Some(addr as usize) && len as u64 <= bo.size {
+                // Already backed at this address since ALLOC: keep the pages.
+                return addr;
+            }
             let p = anon(prot & libc::PROT_EXEC != 0);
             if p == libc::MAP_FAILED {
                 return p;

@@ -54,7 +54,8 @@ fn open_ours(path: &CStr) -> Option<c_int> {
 
 fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     if path.is_null() {
-        return real::openat(dirfd, path, flags, mode);
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { real::openat(dirfd, path, flags, mode) };
     }
     // SAFETY: a non-null path from the caller is a NUL-terminated string.
     let p = unsafe { CStr::from_ptr(path) };
@@ -64,10 +65,12 @@ fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) ->
         }
         let mut buf = [0u8; 4096];
         if let Some(redirected) = sysfs::redirect(p, &mut buf) {
-            return real::openat(libc::AT_FDCWD, redirected.as_ptr(), flags, mode);
+            // SAFETY: a NUL-terminated path in our buffer.
+            return unsafe { real::openat(libc::AT_FDCWD, redirected.as_ptr(), flags, mode) };
         }
     }
-    real::openat(dirfd, path, flags, mode)
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { real::openat(dirfd, path, flags, mode) }
 }
 
 fn mode_of(flags: c_int, mode: c_uint) -> c_uint {
@@ -165,8 +168,17 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarding the caller's arguments unchanged.
         None => unsafe { real::ioctl(fd, request, arg) },
         Some(kind) => guard(-1, || match crate::emu() {
-            // SAFETY: `arg` is the request's struct (the caller's contract).
-            Some(emu) => unsafe { device::ioctl(emu, kind, request, arg) },
+            Some(emu) => {
+                // SAFETY: `arg` is the request's struct (the caller's contract).
+                let r = unsafe { device::ioctl(emu, kind, request, arg) };
+                if r < 0 && emu.config.log {
+                    eprintln!(
+                        "rprof-emu-kfd: ioctl {request:#x} failed: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                r
+            }
             None => real::fail(libc::ENODEV),
         }),
     }
@@ -304,7 +316,10 @@ fn with_path<T>(path: *const c_char, f: impl FnOnce(*const c_char) -> T) -> T {
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: forwarding (with a redirected path for ours).
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_fopen(p, mode) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_fopen(p, mode) }
+        })
     })
 }
 
@@ -316,7 +331,10 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: forwarding.
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_fopen64(p, mode) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_fopen64(p, mode) }
+        })
     })
 }
 
@@ -328,7 +346,10 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     // SAFETY: forwarding.
     guard(std::ptr::null_mut(), || {
-        with_path(path, |p| unsafe { next_opendir(p) })
+        with_path(path, |p| {
+            // SAFETY: forwarding the caller's arguments (with a redirected path for ours).
+            unsafe { next_opendir(p) }
+        })
     })
 }
 
@@ -380,6 +401,154 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat64) ->
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: forwarding.
     guard(-1, || with_path(path, |p| unsafe { next_access(p, mode) }))
+}
+
+next_fn!(
+    NEXT_STATX,
+    next_statx,
+    c"statx",
+    fn(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FSTATAT,
+    next_fstatat,
+    c"fstatat",
+    fn(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FSTATAT64,
+    next_fstatat64,
+    c"fstatat64",
+    fn(dirfd: c_int, path: *const c_char, buf: *mut libc::stat64, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_FACCESSAT,
+    next_faccessat,
+    c"faccessat",
+    fn(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_XSTAT,
+    next_xstat,
+    c"__xstat",
+    fn(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int,
+    -1
+);
+next_fn!(
+    NEXT_LXSTAT,
+    next_lxstat,
+    c"__lxstat",
+    fn(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int,
+    -1
+);
+
+/// `statx` (what current coreutils and libstdc++ use to stat).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    buf: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding (with a redirected absolute path for ours).
+            unsafe { next_statx(dirfd, p, flags, mask, buf) }
+        })
+    })
+}
+
+/// `fstatat`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_fstatat(dirfd, p, buf, flags) }
+        })
+    })
+}
+
+/// `fstatat64`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_fstatat64(dirfd, p, buf, flags) }
+        })
+    })
+}
+
+/// `faccessat`.
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_faccessat(dirfd, p, mode, flags) }
+        })
+    })
+}
+
+/// `__xstat` (binaries built against glibc < 2.33).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_xstat(ver, p, buf) }
+        })
+    })
+}
+
+/// `__lxstat` (binaries built against glibc < 2.33).
+///
+/// # Safety
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    guard(-1, || {
+        with_path(path, |p| {
+            // SAFETY: forwarding.
+            unsafe { next_lxstat(ver, p, buf) }
+        })
+    })
 }
 
 /// Checks once, at load, that our hooks are what the process resolves; prints a loud error otherwise.

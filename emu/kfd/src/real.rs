@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use libc::{c_char, c_int, c_long, c_void, off_t, size_t};
 
 /// `open`/`openat` as a system call (`AT_FDCWD`-relative when `dirfd` is `AT_FDCWD`).
-pub fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
+///
+/// # Safety
+/// `path` must be null or a NUL-terminated string (the kernel reads it).
+pub unsafe fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
     // SAFETY: the kernel validates every argument; the path is only read.
     unsafe {
         libc::syscall(

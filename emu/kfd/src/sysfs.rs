@@ -1,16 +1,19 @@
 //! The KFD sysfs topology, generated from the device core's [`Topology`], and the path redirection that serves it.
 //!
 //! The tree is written once, on first need, into a fresh directory that `mkdtemp` creates with mode 0700 and an
-//! unpredictable name under `$XDG_RUNTIME_DIR` (if it is an absolute path) or `/tmp`; nothing at a fixed path is
-//! created or trusted. It is removed at exit. Layout (KFD's `kfd_sysfs.h`):
+//! unpredictable name (`rprof-emu-kfd-<pid>-XXXXXX`) under `$XDG_RUNTIME_DIR` (if it is an absolute path) or
+//! `/tmp`; nothing at a fixed path is created or trusted. It is removed at exit (`atexit`); a process that ends
+//! without exit handlers (`_exit`, a crash) leaves it, and the next process that creates a tree there removes
+//! such leftovers (directories owned by our uid whose pid is gone). Layout (KFD's `kfd_sysfs.h`):
 //!
 //! * `topology/{generation_id,system_properties}`, `topology/nodes/N/{gpu_id,name,properties}` and
 //!   `nodes/N/{mem_banks,caches,io_links}/M/properties` (only real memory banks: the thunk adds LDS, scratch and SVM
 //!   apertures itself);
-//! * `module/amdgpu/{initstate,version}`, which tools such as `rocminfo` read to decide that the driver is loaded.
+//! * `module/amdgpu/{initstate,version}` and a copy of `/proc/modules` with an `amdgpu` line, which tools such as
+//!   `rocminfo` read (directly, or through `lsmod`) to decide that the driver is loaded.
 //!
 //! [`redirect`] rewrites `/sys/devices/virtual/kfd/kfd/topology...`, `/sys/class/kfd/kfd/topology...` and
-//! `/sys/module/amdgpu...` into that directory, without allocating (a stack buffer).
+//! `/sys/module/amdgpu...` and `/proc/modules` into that directory, without allocating (a stack buffer).
 
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
@@ -22,10 +25,12 @@ use rprof_emu::topology::Topology;
 use rprof_emu::Emulator;
 
 /// Paths served from the generated tree: (prefix, directory under the tree root).
-const PREFIXES: [(&[u8], &str); 3] = [
+const PREFIXES: [(&[u8], &str); 4] = [
     (b"/sys/devices/virtual/kfd/kfd/topology", "topology"),
     (b"/sys/class/kfd/kfd/topology", "topology"),
     (b"/sys/module/amdgpu", "module/amdgpu"),
+    // The host's module list plus `amdgpu`, for `lsmod | grep amdgpu` (rocminfo 5.2.3) and libkmod users.
+    (b"/proc/modules", "proc-modules"),
 ];
 
 /// The KFD `gpu_id` of a GPU node (16 bits: it is also part of mmap offsets).
@@ -72,7 +77,7 @@ extern "C" fn remove_at_exit() {
 /// it.
 pub fn redirect<'a>(path: &CStr, buf: &'a mut [u8; 4096]) -> Option<&'a CStr> {
     let p = path.to_bytes();
-    if !p.starts_with(b"/sys/") {
+    if !p.starts_with(b"/sys/") && !p.starts_with(b"/proc/modules") {
         return None;
     }
     let (prefix, sub) = PREFIXES.iter().find(|(prefix, _)| {
@@ -100,9 +105,12 @@ fn base_dir() -> PathBuf {
     }
 }
 
+/// Prefix of the tree directories: `rprof-emu-kfd-<pid>-XXXXXX`.
+const DIR_PREFIX: &str = "rprof-emu-kfd-";
+
 fn mkdtemp(base: &Path) -> std::io::Result<PathBuf> {
     let mut template = base
-        .join("rprof-emu-kfd-XXXXXX")
+        .join(format!("{DIR_PREFIX}{}-XXXXXX", std::process::id()))
         .into_os_string()
         .into_encoded_bytes();
     template.push(0);
@@ -117,8 +125,40 @@ fn mkdtemp(base: &Path) -> std::io::Result<PathBuf> {
     Ok(PathBuf::from(std::ffi::OsString::from_vec(template)))
 }
 
+/// Removes trees left by processes of ours that have exited without running their exit handlers (`_exit`, a
+/// crash): only real directories (not symlinks) owned by our uid, named for a pid that no longer exists.
+fn remove_stale(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks for the process's existence.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if gone && ours {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn create(topology: &Topology) -> std::io::Result<PathBuf> {
-    let dir = mkdtemp(&base_dir())?;
+    let base = base_dir();
+    remove_stale(&base);
+    let dir = mkdtemp(&base)?;
     if let Err(e) = write_tree(&dir, topology) {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(e);
@@ -133,13 +173,81 @@ fn put(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)
 }
 
+/// The whole file at `path`, read with raw system calls (never redirected); empty if it cannot be read.
+fn read_real(path: &str) -> String {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return String::new();
+    };
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        crate::real::openat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reads into our buffer from our fd.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    crate::real::close(fd);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The `gfx_target_version` value (decimal major*10000 + minor*100 + stepping).
 pub fn gfx_target_version(v: (u32, u32, u32)) -> u32 {
     v.0 * 10000 + v.1 * 100 + v.2
 }
 
 /// Writes the whole tree under `dir`.
-pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
+/// The topology as KFD shows it, and for each of its nodes the core node whose GPU it presents (which also
+/// gives its `gpu_id`). The core's APU layout is one node holding the CPU cores and the GPU, which the thunk of
+/// ROCr >= 6.2 would treat as an old-style APU (no buffer objects for system memory, and ROCr then fails to map
+/// it); KFD shows a modern APU as a CPU node plus a GPU node without CPU cores, with a frame-buffer heap, and the
+/// FUSION flag in libdrm's device info (see [`crate::drm`]). Other layouts are shown as they are.
+pub fn kfd_view(t: &Topology) -> (Topology, Vec<Option<u32>>) {
+    match t.nodes.as_slice() {
+        [n] if n.cpu_cores > 0 && n.gpu.is_some() => {
+            let split = Topology {
+                nodes: vec![
+                    rprof_emu::topology::Node {
+                        cpu_cores: n.cpu_cores,
+                        gpu: None,
+                    },
+                    rprof_emu::topology::Node {
+                        cpu_cores: 0,
+                        gpu: n.gpu,
+                    },
+                ],
+                vram_bytes: t.vram_bytes,
+            };
+            (split, vec![None, Some(0)])
+        }
+        nodes => (
+            t.clone(),
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| n.gpu.map(|_| i as u32))
+                .collect(),
+        ),
+    }
+}
+
+/// Writes the whole tree under `dir`.
+pub fn write_tree(dir: &Path, core: &Topology) -> std::io::Result<()> {
+    let (view, gpu_of) = kfd_view(core);
+    let t = &view;
     let topo = dir.join("topology");
     put(&topo.join("generation_id"), "1\n")?;
     put(
@@ -151,7 +259,7 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
         let node = &t.nodes[id as usize];
         put(
             &nd.join("gpu_id"),
-            &format!("{}\n", node.gpu.map_or(0, |_| gpu_id(id))),
+            &format!("{}\n", gpu_of[id as usize].map_or(0, gpu_id)),
         )?;
         put(
             &nd.join("name"),
@@ -216,9 +324,17 @@ pub fn write_tree(dir: &Path, t: &Topology) -> std::io::Result<()> {
             )?;
         }
     }
+    // Read the real list with system calls: std's `open` would come back through our own redirection.
+    let mut modules = read_real("/proc/modules");
+    if !modules.lines().any(|l| l.starts_with("amdgpu ")) {
+        modules.push_str("amdgpu 16384 0 - Live 0x0000000000000000\n");
+    }
+    put(&dir.join("proc-modules"), &modules)?;
     let module = dir.join("module/amdgpu");
     put(&module.join("initstate"), "live\n")?;
     put(&module.join("version"), "6.4.0-emulated\n")?;
+    put(&module.join("refcnt"), "0\n")?;
+    std::fs::create_dir_all(module.join("holders"))?;
     Ok(())
 }
 
@@ -347,6 +463,40 @@ mod tests {
         assert_eq!(value(&text, "drm_render_minor"), 128);
         assert_eq!(value(&text, "num_xcc"), 1);
         assert!(value(&text, "simd_arrays_per_engine") > 0);
+    }
+
+    #[test]
+    fn the_apu_is_shown_as_a_cpu_node_and_a_gpu_node() {
+        let c = Config {
+            apu: true,
+            ..Config::default()
+        };
+        let core = Topology::new(&c);
+        assert_eq!(core.nodes.len(), 1);
+        let dir = mkdtemp(Path::new("/tmp")).unwrap();
+        write_tree(&dir, &core).unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+        assert_eq!(read("topology/nodes/0/gpu_id"), "0\n");
+        // The GPU node carries the core node 0's gpu_id (its queues and memory belong to core node 0).
+        assert_eq!(read("topology/nodes/1/gpu_id"), format!("{}\n", gpu_id(0)));
+        let cpu = read("topology/nodes/0/properties");
+        let gpu = read("topology/nodes/1/properties");
+        assert!(value(&cpu, "cpu_cores_count") > 0);
+        assert_eq!(value(&cpu, "simd_count"), 0);
+        assert_eq!(value(&gpu, "cpu_cores_count"), 0);
+        assert_eq!(value(&gpu, "simd_count"), 8 * 4);
+        assert_eq!(
+            value(
+                &read("topology/nodes/1/mem_banks/0/properties"),
+                "heap_type"
+            ),
+            1
+        );
+        assert_eq!(
+            value(&read("topology/nodes/1/io_links/0/properties"), "node_to"),
+            0
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
