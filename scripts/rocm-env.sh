@@ -7,6 +7,11 @@
 #   5.2    ROCr 5.2.3, HIP 5.2.3 (Debian 12)          this machine ("/")
 #   6.1    ROCr 6.1.2, HIP 5.7.1 (Debian trixie)      a debootstrap root
 #   6.4    ROCr 6.4.3, HIP 6.4.3 (Debian sid)         a debootstrap root
+#   7.0    ROCr 7.0 (1.18.0), HIP 6.4.3               the sid root, with ROCr 7.0 built from source in /opt/rocr7
+#
+# Debian does not package ROCr 7.0: it is built from the ROCm/rocm-systems sources (release/rocm-rel-7.0) into
+# the sid root's /opt/rocr7 by a separate recipe (about 3 minutes; it needs those sources, so it is not part of
+# CI). 7.0 then runs COMMAND in the sid root with /opt/rocr7/lib first on LD_LIBRARY_PATH.
 #
 # The first call for 6.1 or 6.4 builds the root (debootstrap + apt, a few minutes, needs root and Debian's
 # package registry) and caches it under $RPROF_ROCM_ROOTS (default /var/cache/rprof-rocm), keyed by the suite
@@ -16,7 +21,7 @@
 # its exit status is passed through. Without COMMAND the root's path is printed.
 set -euo pipefail
 
-usage() { echo "usage: $0 5.2|6.1|6.4 [-- COMMAND ARGS...]" >&2; exit 2; }
+usage() { echo "usage: $0 5.2|6.1|6.4|7.0 [-- COMMAND ARGS...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1; shift
 if [ $# -gt 0 ]; then
@@ -33,8 +38,8 @@ case "$version" in
     if [ $# -eq 0 ]; then echo /; exit 0; fi
     exec "$@" ;;
   6.1) suite=trixie; pkgs=("${common[@]}" rocm-device-libs-17 libhsakmt-dev) ;;
-  6.4) suite=sid; pkgs=("${common[@]}" rocm-device-libs-21) ;;
-  *) echo "rocm-env: unknown runtime '$version' (expected 5.2, 6.1 or 6.4)" >&2; exit 2 ;;
+  6.4|7.0) suite=sid; pkgs=("${common[@]}" rocm-device-libs-21) ;;
+  *) echo "rocm-env: unknown runtime '$version' (expected 5.2, 6.1, 6.4 or 7.0)" >&2; exit 2 ;;
 esac
 
 if [ "$(id -u)" != 0 ]; then
@@ -93,6 +98,16 @@ if [ ! -f "$root/.rprof-rocm-recipe" ]; then
   flock 9
   [ -f "$root/.rprof-rocm-recipe" ] || build_root
   flock -u 9
+fi
+
+rocr7=/opt/rocr7/lib
+if [ "$version" = 7.0 ]; then
+  if [ ! -e "$root$rocr7/libhsa-runtime64.so.1" ]; then
+    echo "rocm-env: ROCr 7.0 is not built in the sid root ($root$rocr7 missing): build it from ROCm/rocm-systems" \
+      "(release/rocm-rel-7.0, projects/rocr-runtime) with CMAKE_INSTALL_PREFIX=/opt/rocr7 inside $root" >&2
+    exit 2
+  fi
+  export LD_LIBRARY_PATH="$rocr7${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 if [ $# -eq 0 ]; then echo "$root"; exit 0; fi

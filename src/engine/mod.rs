@@ -58,7 +58,7 @@ use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
-pub use packet::RawPacket;
+pub use packet::{hardware_ring_takes, hardware_slots, RawPacket};
 pub use wake::{SleepKind, Wake};
 pub use writer::{KernelNames, WriterOutcome};
 
@@ -225,9 +225,17 @@ pub const BATCH_INLINE_PACKETS: usize = 16;
 /// Inline capacity of a batch's dispatch list.
 pub const BATCH_INLINE_DISPATCHES: usize = 8;
 
+/// Batches larger than the inline capacities that may be built at the same
+/// time with reused heap storage ([`SpareStorage`]); more than that many at
+/// once allocate (and keep at most this many buffers for later).
+const SPARE_BATCHES: usize = 8;
+
 /// The rewritten packets of one interceptor call and the dispatches they
-/// carry. Lives on the interceptor's stack; only batches larger than the
-/// inline capacities (ROCr >= 6 with long submissions) touch the heap.
+/// carry. Lives on the interceptor's stack; a batch larger than the inline
+/// capacities (only when another rewriter in front of rprof hands it many
+/// packets at once: ROCr itself calls the first rewriter once per packet)
+/// borrows heap storage kept by the engine, so no call allocates in steady
+/// state.
 #[derive(Debug)]
 pub struct PacketBatch<S> {
     /// Packets to hand to the runtime's writer, in order.
@@ -236,6 +244,43 @@ pub struct PacketBatch<S> {
     pub dispatches: SmallVec<[InFlight<S>; BATCH_INLINE_DISPATCHES]>,
     /// Kernel dispatches passed through untraced (no signal in time).
     pub untraced: u32,
+}
+
+/// Heap storage of one large batch, kept by the engine between calls.
+#[derive(Debug)]
+struct SpareStorage<S> {
+    packets: Vec<RawPacket>,
+    dispatches: Vec<InFlight<S>>,
+    signals: Vec<S>,
+}
+
+impl<S> Default for SpareStorage<S> {
+    fn default() -> Self {
+        SpareStorage {
+            packets: Vec::new(),
+            dispatches: Vec::new(),
+            signals: Vec::new(),
+        }
+    }
+}
+
+/// Takes `v` as the storage of a `SmallVec` with room for `need` items,
+/// keeping its heap buffer (a capacity above the inline one keeps it
+/// spilled; `need` is above the inline capacity only on the large path).
+fn adopt<A: smallvec::Array>(mut v: Vec<A::Item>, need: usize) -> SmallVec<A> {
+    v.clear();
+    v.reserve(need.max(A::size() + 1));
+    SmallVec::from_vec(v)
+}
+
+/// Gives back the heap buffer of a `SmallVec` made by [`adopt`] (emptied).
+fn release<A: smallvec::Array>(mut v: SmallVec<A>) -> Vec<A::Item> {
+    v.clear();
+    if v.spilled() {
+        v.into_vec()
+    } else {
+        Vec::new()
+    }
 }
 
 /// Tuning of an [`Engine`].
@@ -315,6 +360,8 @@ pub struct Engine<S> {
     writer_wake: Wake,
     counters: EngineCounters,
     state: AtomicU8,
+    /// Reusable storage for batches larger than the inline capacities.
+    spares: ArrayQueue<SpareStorage<S>>,
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -333,6 +380,7 @@ impl<S: DispatchSignal> Engine<S> {
             writer_wake: Wake::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
+            spares: ArrayQueue::new(SPARE_BATCHES),
             options,
         }
     }
@@ -370,24 +418,40 @@ impl<S: DispatchSignal> Engine<S> {
     /// Builds the batch for one interceptor call: see the module docs.
     /// `now_ns` is the enqueue time, `thread_id` the calling thread.
     /// `batch` must be empty; it is filled in place (it is large, and lives
-    /// on the interceptor's stack).
-    pub fn build_batch(
+    /// on the interceptor's stack). `signals` is storage for the batch's
+    /// pooled signals (emptied again on return).
+    ///
+    /// Intercept markers (vendor packets of format 0xFE, ROCr >= 6) pass
+    /// through unchanged and stay immediately before the packet they mark:
+    /// a serialized kernel's two barriers go in front of the markers that
+    /// precede it, so a marker's callback still gets the kernel's hardware
+    /// packet id.
+    #[allow(clippy::too_many_arguments)]
+    fn build_batch(
         &self,
         batch: &mut PacketBatch<S>,
+        signals: &mut SmallVec<[S; BATCH_INLINE_DISPATCHES]>,
         queue: &Arc<QueueContext>,
         packets: &[RawPacket],
+        kernels: usize,
         source: &dyn SignalSource<S>,
         now_ns: u64,
         thread_id: u32,
     ) -> IdRange {
-        let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count() as u64;
-        let ids = self.ids.reserve(kernels);
+        let ids = self.ids.reserve(kernels as u64);
         let per_kernel = if self.options.serialize { 3 } else { 1 };
-        let mut signals = self
-            .acquire_signals(kernels as usize * per_kernel, source)
-            .into_iter();
+        self.acquire_signals(kernels * per_kernel, source, signals);
+        let mut signals = signals.drain(..);
         let mut k = 0u64;
+        // Where the run of markers right before the current packet begins.
+        let mut markers_from: Option<usize> = None;
         for p in packets {
+            if p.is_intercept_marker() {
+                markers_from.get_or_insert(batch.packets.len());
+                batch.packets.push(*p);
+                continue;
+            }
+            let marked = markers_from.take();
             if !p.is_kernel_dispatch() {
                 batch.packets.push(*p);
                 continue;
@@ -423,6 +487,10 @@ impl<S: DispatchSignal> Engine<S> {
                     HSA_FENCE_SCOPE_SYSTEM,
                 ));
                 batch.packets.push(RawPacket::gate_barrier(g.gate.handle()));
+                if let Some(from) = marked {
+                    // [markers.., ready, gate] -> [ready, gate, markers..]
+                    batch.packets[from..].rotate_right(2);
+                }
             }
             let mut kernel = *p;
             kernel.set_completion_signal(signal.handle());
@@ -472,18 +540,55 @@ impl<S: DispatchSignal> Engine<S> {
         source: &dyn SignalSource<S>,
         write: impl FnOnce(&[RawPacket]),
     ) {
-        if !self.is_tracing() || !packets.iter().any(|p| p.is_kernel_dispatch()) {
+        let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count();
+        if !self.is_tracing() || kernels == 0 {
             write(packets);
             return;
         }
         let begin_ns = boottime_ns();
         let thread_id = current_thread_id();
-        let mut batch = PacketBatch {
-            packets: SmallVec::new(),
-            dispatches: SmallVec::new(),
-            untraced: 0,
+        // Most packets and signals the batch can need: a serialized kernel
+        // takes three signals and adds three packets (ready, gate, forward).
+        let (extra_packets, per_kernel) = if self.options.serialize {
+            (3, 3)
+        } else {
+            (1, 1)
         };
-        let ids = self.build_batch(&mut batch, queue, packets, source, begin_ns, thread_id);
+        let max_packets = packets.len() + kernels * extra_packets;
+        let max_signals = kernels * per_kernel;
+        let large = max_packets > BATCH_INLINE_PACKETS
+            || kernels > BATCH_INLINE_DISPATCHES
+            || max_signals > BATCH_INLINE_DISPATCHES;
+        let (mut batch, mut signals) = if large {
+            let spare = self.spares.pop().unwrap_or_default();
+            (
+                PacketBatch {
+                    packets: adopt(spare.packets, max_packets),
+                    dispatches: adopt(spare.dispatches, kernels),
+                    untraced: 0,
+                },
+                adopt(spare.signals, max_signals),
+            )
+        } else {
+            (
+                PacketBatch {
+                    packets: SmallVec::new(),
+                    dispatches: SmallVec::new(),
+                    untraced: 0,
+                },
+                SmallVec::new(),
+            )
+        };
+        let ids = self.build_batch(
+            &mut batch,
+            &mut signals,
+            queue,
+            packets,
+            kernels,
+            source,
+            begin_ns,
+            thread_id,
+        );
         let traced = batch.dispatches.len() as u64;
         let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
         self.wait_for_ring_space(queue, slots);
@@ -526,6 +631,15 @@ impl<S: DispatchSignal> Engine<S> {
                 drop(b);
             }
         }
+        if large {
+            // Keep the heap storage for the next large batch (dropped only
+            // if more large batches than SPARE_BATCHES were built at once).
+            let _ = self.spares.push(SpareStorage {
+                packets: release(batch.packets),
+                dispatches: release(batch.dispatches),
+                signals: release(signals),
+            });
+        }
         // The completion thread parks when nothing is in flight; wake it for
         // the first dispatch. Otherwise it polls on its own schedule.
         if before == 0 && self.completion_wake.is_parked() {
@@ -553,11 +667,15 @@ impl<S: DispatchSignal> Engine<S> {
             return;
         }
         // Hysteresis: once full, wait for an eighth of the ring to drain, so
-        // that a full queue costs one wake-up per many dispatches.
+        // that a full queue costs one wake-up per many dispatches. A batch
+        // that needs more than that can only wait for the queue's earlier
+        // traced packets to finish (its own are not written yet; ROCr >= 6
+        // submits what fits of it and the rest after a retry barrier).
         let low_water = queue.slot_limit - queue.slot_limit / 8;
+        let target = low_water.saturating_sub(need);
         let start = Instant::now();
         let mut rounds = 0u32;
-        while queue.slots_in_use() + need > low_water
+        while queue.slots_in_use() > target
             && start.elapsed() < self.options.pool_wait
             && self.is_tracing()
         {
@@ -571,18 +689,18 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
-    /// `count` free signals for one batch, all or nothing while the wait
-    /// lasts: a call that cannot get them all gives back what it took and
-    /// waits for the completion thread to recycle, so that interceptors of
-    /// several queues never deadlock each holding part of the pool. After
-    /// [`EngineOptions::pool_wait`] it returns what it has (the rest of the
-    /// batch passes through untraced).
+    /// `count` free signals for one batch, into `got` (empty on entry), all
+    /// or nothing while the wait lasts: a call that cannot get them all
+    /// gives back what it took and waits for the completion thread to
+    /// recycle, so that interceptors of several queues never deadlock each
+    /// holding part of the pool. After [`EngineOptions::pool_wait`] it keeps
+    /// what it has (the rest of the batch passes through untraced).
     fn acquire_signals(
         &self,
         count: usize,
         source: &dyn SignalSource<S>,
-    ) -> SmallVec<[S; BATCH_INLINE_DISPATCHES]> {
-        let mut got: SmallVec<[S; BATCH_INLINE_DISPATCHES]> = SmallVec::new();
+        got: &mut SmallVec<[S; BATCH_INLINE_DISPATCHES]>,
+    ) {
         let mut start: Option<Instant> = None;
         let mut rounds = 0u32;
         loop {
@@ -593,7 +711,7 @@ impl<S: DispatchSignal> Engine<S> {
                 }
             }
             if got.len() == count {
-                return got;
+                return;
             }
             let started = *start.get_or_insert_with(Instant::now);
             // A batch larger than the whole pool can never be served whole:
@@ -602,7 +720,7 @@ impl<S: DispatchSignal> Engine<S> {
                 || started.elapsed() >= self.options.pool_wait
                 || !self.is_tracing()
             {
-                return got;
+                return;
             }
             got.clear();
             self.wake_urgently(rounds);

@@ -23,6 +23,21 @@ const OFF_GROUP_SEGMENT: usize = 28;
 const OFF_KERNEL_OBJECT: usize = 32;
 const OFF_COMPLETION_SIGNAL: usize = 56;
 const OFF_BARRIER_DEP_SIGNAL: usize = 8;
+/// Byte 2 of an AMD vendor-specific packet: its format.
+const OFF_VENDOR_FORMAT: usize = 2;
+
+/// Byte offset of an intercept marker's callback (after the header, the
+/// format byte and five reserved bytes; 64-bit hosts).
+const OFF_MARKER_CALLBACK: usize = 8;
+
+/// `hsa_packet_type_t` of vendor-specific packets (`HSA_PACKET_TYPE_VENDOR_SPECIFIC`).
+pub const PACKET_TYPE_VENDOR_SPECIFIC: u32 = 0;
+/// Format byte of ROCr's intercept-marker vendor packet
+/// (`AMD_AQL_FORMAT_INTERCEPT_MARKER` in ROCr >= 6.0's `hsa_api_trace.h`): a
+/// packet a rewriter puts immediately before the packet it marks; the
+/// intercept queue calls its callback with the hardware packet id the next
+/// packet gets, and never copies the marker to the hardware queue.
+pub const AMD_AQL_FORMAT_INTERCEPT_MARKER: u8 = 0xFE;
 
 /// One AQL packet, copied out of (or into) a queue ring.
 ///
@@ -88,6 +103,37 @@ impl RawPacket {
     /// Whether this is a kernel dispatch packet.
     pub fn is_kernel_dispatch(&self) -> bool {
         self.packet_type() == HSA_PACKET_TYPE_KERNEL_DISPATCH
+    }
+
+    /// Whether this is ROCr's intercept marker (a vendor-specific packet of
+    /// format [`AMD_AQL_FORMAT_INTERCEPT_MARKER`]): it never reaches the
+    /// device, and must stay immediately before the packet it marks.
+    pub fn is_intercept_marker(&self) -> bool {
+        self.packet_type() == PACKET_TYPE_VENDOR_SPECIFIC
+            && self.bytes[OFF_VENDOR_FORMAT] == AMD_AQL_FORMAT_INTERCEPT_MARKER
+    }
+
+    /// An intercept marker whose first `user_data` word is `tag` (for tests
+    /// and simulated rewriters; the callback pointer is null).
+    pub fn intercept_marker(tag: u64) -> RawPacket {
+        let mut p = RawPacket::ZERO;
+        p.set_u16(
+            0,
+            (PACKET_TYPE_VENDOR_SPECIFIC << HSA_PACKET_HEADER_TYPE) as u16
+                | (1 << HSA_PACKET_HEADER_BARRIER),
+        );
+        p.bytes[OFF_VENDOR_FORMAT] = AMD_AQL_FORMAT_INTERCEPT_MARKER;
+        p.set_u64(OFF_MARKER_CALLBACK + 8, tag);
+        p
+    }
+
+    /// An intercept marker whose callback is the function at address
+    /// `callback` (an `amd_intercept_marker_handler`) and whose first
+    /// `user_data` word is `user_data`.
+    pub fn intercept_marker_with_callback(callback: u64, user_data: u64) -> RawPacket {
+        let mut p = RawPacket::intercept_marker(user_data);
+        p.set_u64(OFF_MARKER_CALLBACK, callback);
+        p
     }
 
     /// The barrier bit.
@@ -181,6 +227,26 @@ impl RawPacket {
     }
 }
 
+/// Slots `packets` take in the hardware ring once the runtime's intercept
+/// queue has submitted them (intercept markers take none).
+pub fn hardware_slots(packets: &[RawPacket]) -> u64 {
+    packets.iter().filter(|p| !p.is_intercept_marker()).count() as u64
+}
+
+/// Whether ROCr >= 6's intercept queue submits `needed` packets into a
+/// hardware ring of `size` packets with these indices at once, instead of
+/// deferring them behind a retry barrier: it wants one slot to spare for
+/// that barrier. A batch larger than the ring can never go at once (ROCr
+/// submits what fits), so waiting for it is pointless: also true.
+pub fn hardware_ring_takes(size: u64, read: u64, write: u64, needed: u64) -> bool {
+    if needed + 1 > size {
+        return true;
+    }
+    let used = write.saturating_sub(read).min(size);
+    // One slot more than the batch: the spare one for the retry barrier.
+    size - used > needed
+}
+
 fn field(header: u16, shift: u32, width: u32) -> u32 {
     (u32::from(header) >> shift) & ((1 << width) - 1)
 }
@@ -240,6 +306,45 @@ mod tests {
         assert_eq!(p.completion_signal(), 0x1234);
         p.set_completion_signal(7);
         assert_eq!(p.completion_signal(), 7);
+    }
+
+    #[test]
+    fn intercept_markers_are_recognised() {
+        let m = RawPacket::intercept_marker(7);
+        assert!(m.is_intercept_marker());
+        assert!(!m.is_kernel_dispatch());
+        assert_eq!(m.packet_type(), PACKET_TYPE_VENDOR_SPECIFIC);
+        // user_data[0] of amd_aql_intercept_marker_t (after header, format,
+        // reserved[5] and the 8-byte callback).
+        assert_eq!(m.u64_at(16), 7);
+        // Other vendor packets (PM4 IB is format 1) are not markers.
+        let mut pm4 = m;
+        pm4.bytes[OFF_VENDOR_FORMAT] = 1;
+        assert!(!pm4.is_intercept_marker());
+        assert!(!RawPacket::forwarding_barrier(0, 0).is_intercept_marker());
+    }
+
+    #[test]
+    fn hardware_ring_room() {
+        let batch = [
+            RawPacket::intercept_marker(1),
+            RawPacket::forwarding_barrier(1, 0),
+            RawPacket::intercept_marker(2),
+            RawPacket::gate_barrier(3),
+        ];
+        assert_eq!(hardware_slots(&batch), 2);
+        // 16-slot ring: 2 packets + the spare retry slot need 3 free.
+        assert!(hardware_ring_takes(16, 100, 113, 2));
+        assert!(!hardware_ring_takes(16, 100, 114, 2));
+        assert!(!hardware_ring_takes(16, 100, 116, 2));
+        assert!(hardware_ring_takes(16, 0, 0, 15));
+        assert!(!hardware_ring_takes(16, 0, 1, 15));
+        // Never fits whole: ROCr submits part of it, nothing to wait for.
+        assert!(hardware_ring_takes(16, 0, 16, 16));
+        let m = RawPacket::intercept_marker_with_callback(0xdead_beef, 42);
+        assert!(m.is_intercept_marker());
+        assert_eq!(m.u64_at(8), 0xdead_beef);
+        assert_eq!(m.u64_at(16), 42);
     }
 
     #[test]

@@ -832,3 +832,358 @@ fn kernel_table_names_and_filters_the_writer_sees() {
         seen[2]
     );
 }
+
+// ---------------------------------------------------------------------------
+// Batches as ROCr >= 6 delivers them to a rewriter that is not the first one:
+// another tool's rewriter registered after rprof runs before it and hands it,
+// through its writer, any number of packets per call, may call that writer
+// more than once per application packet, and puts intercept markers (vendor
+// packets of format 0xFE) right before the packets they mark. ROCr itself
+// still calls the first rewriter once per packet (intercept_queue.cpp of
+// 6.1.2 and 6.4: `handler.first(&ring[i & mask], 1, i, ...)`).
+// ---------------------------------------------------------------------------
+
+/// What ROCr >= 6's final submit does with a rewritten batch: every marker's
+/// callback gets the hardware index of the next non-marker packet, markers
+/// are dropped, the rest goes to the hardware ring. Returns the packets for
+/// the device and `(marker tag, packet the marker landed on)` pairs.
+fn rocr6_submit(out: &[RawPacket]) -> (Vec<RawPacket>, Vec<(u64, RawPacket)>) {
+    let mut hw = Vec::new();
+    let mut pending_tags = Vec::new();
+    let mut marked = Vec::new();
+    for p in out {
+        if p.is_intercept_marker() {
+            pending_tags.push(u64::from_le_bytes(p.bytes[16..24].try_into().unwrap()));
+            continue;
+        }
+        for tag in pending_tags.drain(..) {
+            marked.push((tag, *p));
+        }
+        hw.push(*p);
+    }
+    assert!(pending_tags.is_empty(), "a marker ended the batch");
+    (hw, marked)
+}
+
+fn serial_options(serialize: bool) -> EngineOptions {
+    EngineOptions {
+        pid: 42,
+        max_in_flight: 256,
+        record_queue: 64,
+        pool_wait: Duration::from_secs(20),
+        min_backoff: Duration::from_micros(50),
+        max_backoff: Duration::from_micros(500),
+        serialize,
+        host_forwarding: false,
+    }
+}
+
+#[test]
+fn serialization_barriers_go_in_front_of_intercept_markers() {
+    let h = Harness::with_options(serial_options(true), Names::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let app = 3000u64;
+    h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+    let pkts = [
+        RawPacket::intercept_marker(1),
+        kernel_packet(0x10, 0),
+        other_packet(),
+        RawPacket::intercept_marker(2),
+        RawPacket::intercept_marker(3),
+        kernel_packet(0x20, app),
+    ];
+    let mut seen = Vec::new();
+    h.engine.intercept(&q, &pkts, &*h.pool, |out| {
+        seen.extend_from_slice(out);
+        let (hw, _) = rocr6_submit(out);
+        h.device.ring.lock().unwrap().extend(hw);
+    });
+    // ready, gate, marker, kernel | other | ready, gate, marker, marker, kernel, forward
+    assert_eq!(seen.len(), 11, "{seen:?}");
+    assert_eq!(seen[2], pkts[0], "markers pass through unchanged");
+    assert!(seen[3].is_kernel_dispatch() && seen[3].kernel_object() == 0x10);
+    assert_eq!(seen[4], other_packet());
+    assert_eq!(&seen[7..9], &pkts[3..5]);
+    assert!(seen[9].is_kernel_dispatch() && seen[9].kernel_object() == 0x20);
+    assert_eq!(seen[10].completion_signal(), app);
+    for i in [0, 5] {
+        assert!(seen[i].barrier_bit(), "ready barrier at {i}");
+        assert_eq!(seen[i + 1].dep_signal(0), seen[i + 1].dep_signal(0));
+        assert_ne!(seen[i + 1].dep_signal(0), 0, "gate barrier at {}", i + 1);
+    }
+    let (hw, marked) = rocr6_submit(&seen);
+    assert_eq!(hw.len(), 8);
+    // Every marker lands on the kernel it marked, not on rprof's barriers.
+    let marked: Vec<(u64, u64)> = marked
+        .iter()
+        .map(|(tag, p)| {
+            assert!(p.is_kernel_dispatch(), "marker {tag} landed on {p:?}");
+            (*tag, p.kernel_object())
+        })
+        .collect();
+    assert_eq!(marked, [(1, 0x10), (2, 0x20), (3, 0x20)]);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 2);
+    assert_eq!(got.intercepts[0].packet_count, 6);
+    assert_eq!(got.intercepts[0].dispatch_count, 2);
+}
+
+/// A rewriter in front of rprof: for application packet `n` it calls its
+/// writer (rprof's interceptor) twice, with marked kernels, a barrier, and
+/// an app signal on some kernels.
+fn chained_rewriter_calls(n: u64, app: u64) -> [Vec<RawPacket>; 2] {
+    [
+        vec![
+            RawPacket::intercept_marker(3 * n),
+            kernel_packet(0x100 + n % 4, 0),
+            other_packet(),
+        ],
+        vec![
+            RawPacket::intercept_marker(3 * n + 1),
+            kernel_packet(0x200, if n % 2 == 0 { app } else { 0 }),
+            RawPacket::intercept_marker(3 * n + 2),
+            kernel_packet(0x300, 0),
+        ],
+    ]
+}
+
+fn chained_rewriter_is_traced_exactly(serialize: bool) {
+    const PACKETS: u64 = 150;
+    let h = Harness::with_options(serial_options(serialize), Names::default());
+    let q = Arc::new(QueueContext::with_ring(7, 0, 0, 64));
+    let app = 3100u64;
+    let mut marked_kernels = Vec::new();
+    for n in 0..PACKETS {
+        if n % 2 == 0 {
+            h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+        }
+        for call in chained_rewriter_calls(n, app) {
+            let mut writes = 0;
+            h.engine.intercept(&q, &call, &*h.pool, |out| {
+                writes += 1;
+                let (hw, marked) = rocr6_submit(out);
+                for (tag, p) in marked {
+                    assert!(p.is_kernel_dispatch(), "marker {tag} landed on {p:?}");
+                    marked_kernels.push((tag, p.kernel_object()));
+                }
+                h.device.ring.lock().unwrap().extend(hw);
+            });
+            assert_eq!(writes, 1, "one writer call per interceptor call");
+        }
+        if n % 2 == 0 {
+            let t0 = Instant::now();
+            while h.signals.value[Signals::idx(app)].load(Ordering::SeqCst) > 0 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "app signal never completed"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+    let expected_marks: Vec<(u64, u64)> = (0..PACKETS)
+        .flat_map(|n| {
+            [
+                (3 * n, 0x100 + n % 4),
+                (3 * n + 1, 0x200),
+                (3 * n + 2, 0x300),
+            ]
+        })
+        .collect();
+    assert_eq!(marked_kernels, expected_marks);
+    let pool = h.pool.clone();
+    let (outcome, got, device) = h.finish();
+    let kernels = 3 * PACKETS;
+    assert_eq!(outcome.metadata.dispatches, kernels);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), kernels);
+    assert_eq!(got.intercepts.len() as u64, 2 * PACKETS);
+    let per_call: Vec<(u32, u32)> = got
+        .intercepts
+        .iter()
+        .map(|i| (i.packet_count, i.dispatch_count))
+        .collect();
+    assert_eq!(per_call, [(3, 1), (4, 2)].repeat(PACKETS as usize));
+    let ids: HashSet<u64> = got.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    assert_eq!(ids, (1..=kernels).collect::<HashSet<u64>>());
+    let corr: HashSet<u64> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| d.correlation_id)
+        .collect();
+    assert_eq!(corr.len() as u64, kernels);
+    // Barriers on the device: the rewriter's own, one forward per app
+    // signal, and two per kernel when serialized.
+    let forwards = PACKETS / 2;
+    let serial = if serialize { 2 * kernels } else { 0 };
+    assert_eq!(
+        device.barriers.load(Ordering::SeqCst),
+        PACKETS + forwards + serial
+    );
+    assert_eq!(pool.available(), 256, "every pooled signal came back");
+    assert_eq!(q.slots_in_use(), 0);
+}
+
+#[test]
+fn chained_rewriter_batches_with_markers_are_traced_exactly() {
+    chained_rewriter_is_traced_exactly(false);
+}
+
+#[test]
+fn chained_rewriter_batches_with_markers_are_traced_exactly_when_serialized() {
+    chained_rewriter_is_traced_exactly(true);
+}
+
+#[test]
+fn a_batch_needing_more_slots_than_the_ring_allows_waits_only_for_the_queue_to_drain() {
+    let h = Harness::with_options(
+        EngineOptions {
+            pool_wait: Duration::from_secs(4),
+            ..serial_options(false)
+        },
+        Names::default(),
+    );
+    // 16-packet ring: rprof keeps at most 12 traced slots.
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16));
+    // The device stalls on an app barrier until `hold` is released, so one
+    // traced kernel stays in flight.
+    let hold = 3200u64;
+    h.signals.value[Signals::idx(hold)].store(1, Ordering::SeqCst);
+    h.submit(&q, &[RawPacket::gate_barrier(hold), kernel_packet(1, 0)]);
+    assert_eq!(q.slots_in_use(), 1);
+    let signals = h.signals.clone();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        signals.value[Signals::idx(hold)].store(0, Ordering::SeqCst);
+    });
+    // 20 slots can never fit under 12: the call waits until the queue's
+    // earlier traced packets are gone (not for the whole pool wait), then
+    // writes (ROCr >= 6 submits what fits and the rest after a retry).
+    let big: Vec<RawPacket> = (0..20).map(|i| kernel_packet(0x40 + i, 0)).collect();
+    let t0 = Instant::now();
+    h.submit(&q, &big);
+    let waited = t0.elapsed();
+    release.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "did not wait for the queue: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "waited {waited:?} for room that never comes"
+    );
+    let (outcome, _, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 21);
+    assert_eq!(outcome.metadata.records_lost, 0);
+}
+
+/// Counts heap allocations made by the current thread while enabled.
+struct CountingAlloc;
+
+thread_local! {
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; the
+// thread-local counters are const-initialised `Cell`s without destructors,
+// so touching them never allocates or recurses.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if COUNTING.with(|c| c.get()) {
+            ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        }
+        // SAFETY: the caller's layout, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        if COUNTING.with(|c| c.get()) {
+            ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        }
+        // SAFETY: as for `alloc` / `dealloc`.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+/// Heap allocations made by this thread while `f` runs.
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    ALLOCATIONS.with(|a| a.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCATIONS.with(|a| a.get())
+}
+
+fn long_batches_allocate_nothing(serialize: bool) {
+    let h = Harness::with_options(
+        EngineOptions {
+            max_in_flight: 1024,
+            ..serial_options(serialize)
+        },
+        Names::default(),
+    );
+    // Room for everything the device has not run yet, so the fake device's
+    // ring never grows on this thread.
+    h.device.ring.lock().unwrap().reserve(1 << 16);
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 4096));
+    let app = 3300u64;
+    // 40 kernels (every 4th with an app signal), markers and barriers: well
+    // past the inline 16 packets / 8 dispatches.
+    let mut batch = Vec::new();
+    for i in 0..40u64 {
+        if i % 5 == 0 {
+            batch.push(RawPacket::intercept_marker(i));
+        }
+        batch.push(kernel_packet(0x500 + i, if i % 4 == 0 { app } else { 0 }));
+        if i % 7 == 0 {
+            batch.push(other_packet());
+        }
+    }
+    let submit = |h: &Harness| {
+        h.engine.intercept(&q, &batch, &*h.pool, |out| {
+            let mut ring = h.device.ring.lock().unwrap();
+            ring.extend(out.iter().filter(|p| !p.is_intercept_marker()).copied());
+        });
+        // Let the device catch up, so the signal pool never runs dry.
+        let t0 = Instant::now();
+        while q.in_flight() > 0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "device stuck");
+            std::thread::yield_now();
+        }
+    };
+    // The first calls may set up reusable storage.
+    for _ in 0..3 {
+        submit(&h);
+    }
+    let calls = 20;
+    let allocated = allocations_in(|| {
+        for _ in 0..calls {
+            submit(&h);
+        }
+    });
+    assert_eq!(
+        allocated, 0,
+        "{allocated} heap allocations in {calls} interceptor calls of 40 kernels (serialize {serialize})"
+    );
+    let (outcome, _, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 40 * (3 + calls));
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 40 * (3 + calls));
+}
+
+#[test]
+fn long_batches_allocate_nothing_in_steady_state() {
+    long_batches_allocate_nothing(false);
+}
+
+#[test]
+fn long_serialized_batches_allocate_nothing_in_steady_state() {
+    long_batches_allocate_nothing(true);
+}

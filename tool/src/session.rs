@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ use hsa_sys::{
 };
 use rprof_core::config::TraceConfig;
 use rprof_core::engine::{
-    boottime_ns, Engine, EngineOptions, QueueContext, RawPacket, WriterOutcome,
+    boottime_ns, hardware_ring_takes, hardware_slots, Engine, EngineOptions, QueueContext,
+    RawPacket, WriterOutcome,
 };
 use rprof_core::kernels::{KernelTable, NamePolicy};
 use rprof_core::record::{AgentInfo, RunInfo};
@@ -61,6 +62,10 @@ pub struct Session {
     verbose: bool,
     /// Measurement mode: intercept queues with profiling, packets unchanged.
     passthrough: bool,
+    /// ROCr >= 6.0 (AMD extension table major 2): its intercept queue runs
+    /// intercept-marker callbacks, which tell rprof each queue's hardware
+    /// ring, so rprof can keep the runtime from deferring its writes.
+    markers: bool,
 }
 
 // SAFETY: the raw `QueueState` pointers in `queues` come from `Arc::into_raw`
@@ -82,7 +87,17 @@ impl std::fmt::Debug for Session {
 #[derive(Debug)]
 struct QueueState {
     ctx: Arc<QueueContext>,
+    /// The runtime's hardware queue under this intercept queue (ROCr >= 6,
+    /// learnt from an intercept marker's callback; null until then).
+    hardware: AtomicPtr<hsa_queue_t>,
+    /// The marker that asks for `hardware` was written.
+    marker_sent: AtomicBool,
 }
+
+/// How long a write waits for room in the hardware ring while the device
+/// makes no progress at all (a head packet blocked on the host), before it
+/// lets the runtime defer it.
+const HARDWARE_ROOM_STALL: Duration = Duration::from_secs(1);
 
 static SESSION: OnceLock<&'static Session> = OnceLock::new();
 static LOADED: AtomicBool = AtomicBool::new(false);
@@ -194,6 +209,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         finished: AtomicBool::new(false),
         verbose: std::env::var_os("RPROF_VERBOSE").is_some(),
         passthrough: std::env::var("RPROF_INTERCEPT_PASSTHROUGH").is_ok_and(|v| v == "1"),
+        markers: rt.amd.version.major_id >= 2,
     }));
     let threads = match start_threads(engine, RocrBackend::new(rt), sinks, kernels, run, agents) {
         Ok(t) => t,
@@ -587,6 +603,8 @@ unsafe extern "C" fn hook_queue_create(
                     agent.handle,
                     ring_size,
                 )),
+                hardware: AtomicPtr::new(std::ptr::null_mut()),
+                marker_sent: AtomicBool::new(false),
             });
             let raw = Arc::into_raw(state);
             let register = s.rt.amd.hsa_amd_queue_intercept_register_fn?;
@@ -761,9 +779,117 @@ fn record_kernels(s: &'static Session, executable: hsa_executable_t) {
     }
 }
 
+impl Session {
+    /// On ROCr >= 6, before a write: makes sure the runtime will submit
+    /// `out` to the hardware ring at once rather than defer it behind a
+    /// retry barrier. ROCr's final submit keeps a deferred write on the
+    /// side and neither orders a later write of the same rewrite after it
+    /// nor accepts a second deferral (`assert(overflow_.empty())`, live in
+    /// Debian's builds): a rewriter in front of rprof that calls its writer
+    /// twice per packet (allowed since 6.0) aborts the process when the
+    /// ring is full, and a deferred marker's callback gets the wrong packet
+    /// id. Waits while the device consumes the ring; gives up (and lets the
+    /// runtime defer) only after [`HARDWARE_ROOM_STALL`] without progress.
+    ///
+    /// The hardware ring is learnt once per queue: a write of one intercept
+    /// marker whose callback (run by the runtime's submit with the hardware
+    /// queue) stores it.
+    ///
+    /// # Safety
+    /// `writer` is the runtime's writer of the current interceptor call and
+    /// `state` the queue's registered state.
+    unsafe fn make_room(
+        &self,
+        state: &QueueState,
+        writer: unsafe extern "C" fn(*const c_void, u64),
+        out: &[RawPacket],
+    ) {
+        if !self.markers {
+            return;
+        }
+        let mut hardware = state.hardware.load(Ordering::Acquire);
+        if hardware.is_null() && !state.marker_sent.swap(true, Ordering::AcqRel) {
+            let marker = RawPacket::intercept_marker_with_callback(
+                learn_hardware_queue as *const () as usize as u64,
+                state as *const QueueState as u64,
+            );
+            // SAFETY: the current call's writer, given one packet that lives
+            // until it returns; ROCr >= 6 runs the marker's callback inside
+            // this call and submits nothing for it.
+            unsafe { writer((&marker as *const RawPacket).cast(), 1) };
+            hardware = state.hardware.load(Ordering::Acquire);
+        }
+        let (Some(read), Some(write)) = (
+            self.rt.core.hsa_queue_load_read_index_relaxed_fn,
+            self.rt.core.hsa_queue_load_write_index_relaxed_fn,
+        ) else {
+            return;
+        };
+        if hardware.is_null() {
+            return;
+        }
+        let needed = hardware_slots(out);
+        // SAFETY: the hardware queue lives as long as the intercept queue
+        // whose interceptor is running.
+        let size = u64::from(unsafe { (*hardware).size });
+        let indices = || {
+            // SAFETY: as above; the index loads are plain atomic reads.
+            unsafe { (read(hardware), write(hardware)) }
+        };
+        let (mut last_read, w) = indices();
+        if hardware_ring_takes(size, last_read, w, needed) {
+            return;
+        }
+        let mut progress = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            if rounds < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            rounds += 1;
+            let (r, w) = indices();
+            if hardware_ring_takes(size, r, w, needed) {
+                return;
+            }
+            if r != last_read {
+                last_read = r;
+                progress = Instant::now();
+            } else if progress.elapsed() >= HARDWARE_ROOM_STALL {
+                return;
+            }
+        }
+    }
+}
+
+/// The callback of rprof's own intercept marker: records the hardware queue
+/// ROCr >= 6 passes (the marker's first user-data word is the queue's
+/// [`QueueState`]).
+unsafe extern "C" fn learn_hardware_queue(
+    marker: *const c_void,
+    hardware: *mut hsa_queue_t,
+    _packet_id: u64,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if marker.is_null() || hardware.is_null() {
+            return;
+        }
+        // SAFETY: `marker` is the 64-byte packet rprof wrote, alive for the
+        // callback; user_data[0] sits at byte 16.
+        let state = unsafe { std::ptr::read_unaligned(marker.cast::<u8>().add(16).cast::<u64>()) };
+        // SAFETY: rprof put its queue's `QueueState` pointer there; the queue
+        // (and so the state) is alive while its packets are submitted.
+        let state = unsafe { &*(state as usize as *const QueueState) };
+        state.hardware.store(hardware, Ordering::Release);
+    }));
+}
+
 /// The queue interceptor: runs on the app's thread, under the queue's lock.
 /// Calls `writer` exactly once, with the rewritten batch, or with the
-/// original packets if anything went wrong before writing.
+/// original packets if anything went wrong before writing (on ROCr >= 6,
+/// once per queue, also with one intercept marker first: see
+/// [`Session::make_room`]).
 unsafe extern "C" fn interceptor(
     pkts: *const c_void,
     pkt_count: u64,
@@ -787,8 +913,10 @@ unsafe extern "C" fn interceptor(
         let state = unsafe { &*data.cast::<QueueState>() };
         s.engine.intercept(&state.ctx, packets, &s.source, |out| {
             written.set(true);
-            // SAFETY: the runtime's writer for this call, called once, with
-            // packets that live until it returns.
+            // SAFETY: this call's writer and the queue's registered state.
+            unsafe { s.make_room(state, writer, out) };
+            // SAFETY: the runtime's writer for this call, called once with
+            // the batch, with packets that live until it returns.
             unsafe { writer(out.as_ptr().cast(), out.len() as u64) };
         });
     }));
