@@ -289,8 +289,9 @@ impl Runtime {
             }
             FrontEnd::KfdPreload => (
                 vec![("LD_PRELOAD".to_string(), library.clone().into_os_string())],
-                // By path: the library has no SONAME, so the program's DT_NEEDED is this path, the very object
-                // LD_PRELOAD loads. Through `-Wl,` so that hipcc hands it to the linker, not to the compiler.
+                // By path, so no search path is needed at link time: the program's DT_NEEDED is the library's
+                // SONAME (or this path, for a build without one), which the object LD_PRELOAD loads satisfies.
+                // Through `-Wl,` so that hipcc hands it to the linker, not to the compiler.
                 vec![{
                     let mut a = OsString::from("-Wl,");
                     a.push(&library);
