@@ -284,7 +284,7 @@ impl PerfettoSink {
     pub fn with_options(path: &Path, options: PerfettoOptions) -> io::Result<Self> {
         ensure_parent(path)?;
         Ok(PerfettoSink {
-            state: State::Created(File::create(path)?),
+            state: State::Created(super::files::create_new(path)?),
             options,
         })
     }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
@@ -190,15 +190,14 @@ impl RecordSink for StatsSink {
         }
         if let Some(p) = &self.path {
             ensure_parent(p)?;
-            std::fs::write(p, self.to_csv())?;
+            super::files::create_new(p)?.write_all(self.to_csv().as_bytes())?;
             if let Some(m) = self.rpc_summary() {
                 let s = p.to_string_lossy();
                 let rpc_path = match s.strip_suffix("_kernel_stats.csv") {
                     Some(stem) => format!("{stem}_rpc_stats.csv"),
                     None => format!("{s}.rpc.csv"),
                 };
-                std::fs::write(
-                    rpc_path,
+                super::files::create_new(Path::new(&rpc_path))?.write_all(
                     format!(
                         "\"Wakes\",\"ServeP50Ns\",\"ServeP99Ns\",\"BusyShare\",\"WakeLatencyP50Ns\"\n{},{},{},{:.6},{}\n",
                         m.wakes,
@@ -206,7 +205,8 @@ impl RecordSink for StatsSink {
                         m.serve_p99_ns,
                         m.busy_share,
                         m.wake_latency_p50_ns.map(|l| l.to_string()).unwrap_or_default()
-                    ),
+                    )
+                    .as_bytes(),
                 )?;
             }
         }

@@ -8,6 +8,7 @@
 
 mod cli;
 mod front_end;
+mod libraries;
 mod merge;
 
 use std::ffi::OsString;
@@ -19,16 +20,7 @@ use std::process::Command;
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
 
-use cli::{sibling_of_exe, Cli, Command as CliCommand, Device, LaunchPlan};
-
-/// Name of the tool library that `cargo build` puts next to `rprof`.
-const TOOL_LIBRARY: &str = "librprof_tool.so";
-/// Name of the emulator's thunk front-end that `cargo build` puts next to
-/// `rprof` (for ROCr up to 6.1).
-const EMULATOR_LIBRARY: &str = "libhsakmt.so";
-/// Name of the emulator's kfd front-end that `cargo build` puts next to
-/// `rprof` (for ROCr from 6.2, which has the thunk built in).
-const EMULATOR_KFD_LIBRARY: &str = "librprof_emu_kfd.so";
+use cli::{Cli, Command as CliCommand, Device, LaunchPlan};
 
 fn main() {
     let cli = Cli::parse();
@@ -81,9 +73,8 @@ fn run(cli: Cli) -> i32 {
         }
     }
     if plan.tracing {
-        match sibling_of_exe(&exe, TOOL_LIBRARY) {
-            Some(tool) => {
-                let tool = tool.canonicalize().unwrap_or(tool);
+        match libraries::find(&exe, libraries::TOOL_LIBRARY) {
+            Ok(tool) => {
                 let mut value = tool.into_os_string();
                 if let Some(existing) = std::env::var_os("HSA_TOOLS_LIB").filter(|v| !v.is_empty())
                 {
@@ -95,11 +86,8 @@ fn run(cli: Cli) -> i32 {
                     child_env.push((k.clone(), v.into()));
                 }
             }
-            None => {
-                eprintln!(
-                    "rprof: error: {TOOL_LIBRARY} not found next to {} (build with `cargo build --release`); running the application untraced",
-                    exe.display()
-                );
+            Err(e) => {
+                eprintln!("rprof: error: {e}; running the application untraced");
                 plan.tracing = false;
             }
         }
@@ -114,12 +102,18 @@ fn run(cli: Cli) -> i32 {
         );
     }
 
+    // Kept until the application has ended (a private directory is removed
+    // on drop).
+    let mut _emulator_dir = None;
     if plan.emulated {
         if cli.trace.device == Device::Auto {
             eprintln!("rprof: no /dev/kfd on this machine: using the emulated GPU (--device native to refuse)");
         }
         match emulator_env(&exe) {
-            Ok((name, value)) => child_env.push((name.into(), value)),
+            Ok((name, value, dir)) => {
+                child_env.push((name.into(), value));
+                _emulator_dir = dir;
+            }
             Err(e) => eprintln!("rprof: error: cannot set up the emulated GPU: {e}; running the application without it"),
         }
     }
@@ -228,78 +222,42 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
 
 /// The variable that puts the emulated GPU under the runtime the child will
 /// load, with its value: the front-end that runtime needs
-/// ([`front_end::needed_by_runtime`]), found next to `rprof`, ahead of what
-/// the user has in that variable.
-fn emulator_env(exe: &Path) -> io::Result<(&'static str, OsString)> {
+/// ([`front_end::needed_by_runtime`]), from rprof's own libraries
+/// ([`libraries`]), ahead of what the user has in that variable; and the
+/// private directory to keep until the child ends, if one was made.
+fn emulator_env(exe: &Path) -> io::Result<(&'static str, OsString, Option<libraries::ThunkDir>)> {
     let user_path = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty());
     let choice =
         front_end::needed_by_runtime(&front_end::SearchPath::for_child(user_path.as_deref()))
             .map_err(io::Error::other)?;
-    let (name, mut value, separator) = match choice.front_end {
-        front_end::FrontEnd::Thunk => ("LD_LIBRARY_PATH", emulator_dir(exe)?.into_os_string(), ":"),
+    let (name, mut value, separator, dir) = match choice.front_end {
+        front_end::FrontEnd::Thunk => {
+            let dir = libraries::thunk_dir(exe)?;
+            let value = dir.path().as_os_str().to_owned();
+            ("LD_LIBRARY_PATH", value, ":", Some(dir))
+        }
         front_end::FrontEnd::KfdPreload => {
-            let lib = sibling_of_exe(exe, EMULATOR_KFD_LIBRARY).ok_or_else(|| {
+            let lib = libraries::find(exe, libraries::KFD_LIBRARY).map_err(|e| {
                 io::Error::new(
-                    io::ErrorKind::NotFound,
+                    e.kind(),
                     format!(
-                        "{} has the thunk built in and needs the emulator's kfd front-end, but \
-                         {EMULATOR_KFD_LIBRARY} is not next to {} (build with `cargo build --release`)",
-                        choice.runtime.as_deref().unwrap_or(Path::new(front_end::RUNTIME_LIBRARY)).display(),
-                        exe.display()
+                        "{} has the thunk built in and needs the emulator's kfd front-end: {e}",
+                        choice
+                            .runtime
+                            .as_deref()
+                            .unwrap_or(Path::new(front_end::RUNTIME_LIBRARY))
+                            .display(),
                     ),
                 )
             })?;
-            ("LD_PRELOAD", lib.canonicalize()?.into_os_string(), " ")
+            ("LD_PRELOAD", lib.into_os_string(), " ", None)
         }
     };
     if let Some(existing) = std::env::var_os(name).filter(|v| !v.is_empty()) {
         value.push(separator);
         value.push(existing);
     }
-    Ok((name, value))
-}
-
-/// A directory holding `libhsakmt.so.1` → the emulator library next to
-/// `rprof`, for `LD_LIBRARY_PATH`. Created next to the library, or in the
-/// temporary directory when that is read-only.
-fn emulator_dir(exe: &Path) -> io::Result<PathBuf> {
-    let lib = sibling_of_exe(exe, EMULATOR_LIBRARY).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "{EMULATOR_LIBRARY} not found next to {} (build with `cargo build --release`)",
-                exe.display()
-            ),
-        )
-    })?;
-    let lib = lib.canonicalize()?;
-    let beside = lib.parent().map(|d| d.join("rprof-emu"));
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap_or(0);
-    let fallback = std::env::temp_dir().join(format!("rprof-emu-{uid}"));
-    let mut last_err = None;
-    for dir in beside.into_iter().chain(std::iter::once(fallback)) {
-        match link_into(&dir, &lib) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last_err = Some(e),
-        }
-    }
-    Err(last_err.unwrap_or_else(|| io::Error::other("no directory for the emulator link")))
-}
-
-fn link_into(dir: &Path, lib: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let link = dir.join("libhsakmt.so.1");
-    if std::fs::read_link(&link).ok().as_deref() == Some(lib) {
-        return Ok(());
-    }
-    // Create under a unique name and rename over, so concurrent runs never
-    // see a missing or half-made link.
-    let tmp = dir.join(format!(".libhsakmt.so.1.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(lib, &tmp)?;
-    std::fs::rename(&tmp, &link)
+    Ok((name, value, dir))
 }
 
 fn ignore_interactive_signals() {
