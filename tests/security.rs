@@ -417,8 +417,8 @@ fn planted_symlink_output_is_refused() {
         .unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(
-            std::fs::read(&precious).unwrap(),
-            b"the victim's data\n",
+            String::from_utf8_lossy(&std::fs::read(&precious).unwrap()),
+            "the victim's data\n",
             "{}: the victim's file was written through the planted link\n{stderr}",
             rprof.display()
         );
