@@ -18,10 +18,13 @@ versions=(${RPROF_MATRIX_VERSIONS:-6.1 6.4})
 bin="$repo/target/debug"
 env_sh="$repo/scripts/rocm-env.sh"
 counts="$repo/tests/tools/trace_counts.py"
-for f in rprof librprof_tool.so librprof_emu_kfd.so rprof-emu/libhsakmt.so.1; do
+for f in rprof librprof_tool.so librprof_emu_kfd.so libhsakmt.so; do
     [ -e "$bin/$f" ] || { echo "rocr6-matrix: $bin/$f missing: run cargo build first" >&2; exit 2; }
 done
 mkdir -p "$out/bin"
+# The thunk front-end under its SONAME, in this script's own output directory (rprof itself never links it
+# anywhere: docs/security.md).
+rm -rf "$out/emu-lib" && mkdir -p "$out/emu-lib" && ln -s "$bin/libhsakmt.so" "$out/emu-lib/libhsakmt.so.1"
 status=0
 
 clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \
@@ -49,7 +52,7 @@ run() {
     local envs=(HSA_TOOLS_LIB="$tools" RPROF_KERNEL_TRACE=1 RPROF_SERIALIZE_KERNELS="$ser" RPROF_VERBOSE=1
         RPROF_OUTPUT_FORMAT=csv,json,pftrace RPROF_OUTPUT_DIR="$dir" RPROF_OUTPUT_NAME=trace)
     if [ "$v" = 6.1 ]; then
-        envs+=(LD_LIBRARY_PATH="$bin/rprof-emu")
+        envs+=(LD_LIBRARY_PATH="$out/emu-lib")
     else
         envs+=(LD_PRELOAD="$bin/librprof_emu_kfd.so")
     fi
