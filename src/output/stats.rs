@@ -31,6 +31,8 @@ pub struct KernelStats {
 #[derive(Debug)]
 pub struct StatsSink {
     path: Option<PathBuf>,
+    /// `path`, created at the start of the run (see [`StatsSink::create`]).
+    file: Option<std::fs::File>,
     print: bool,
     by_kernel: HashMap<u64, KernelStats>,
     rpc: Option<crate::rpc::RpcStats>,
@@ -42,10 +44,22 @@ impl StatsSink {
     pub fn new(path: Option<PathBuf>, print: bool) -> Self {
         StatsSink {
             path,
+            file: None,
             print,
             by_kernel: HashMap::new(),
             rpc: None,
         }
+    }
+
+    /// Like [`StatsSink::new`] with a path, but the file is created now
+    /// ([`super::files::create_new`]), so a taken name is refused at the
+    /// start of the run, like the other outputs, not after it.
+    pub fn create(path: PathBuf, print: bool) -> io::Result<Self> {
+        ensure_parent(&path)?;
+        let file = super::files::create_new(&path)?;
+        let mut s = StatsSink::new(Some(path), print);
+        s.file = Some(file);
+        Ok(s)
     }
 
     /// The figures, sorted by total time, longest first (ties by name).
@@ -189,8 +203,14 @@ impl RecordSink for StatsSink {
             }
         }
         if let Some(p) = &self.path {
-            ensure_parent(p)?;
-            super::files::create_new(p)?.write_all(self.to_csv().as_bytes())?;
+            let mut file = match self.file.take() {
+                Some(f) => f,
+                None => {
+                    ensure_parent(p)?;
+                    super::files::create_new(p)?
+                }
+            };
+            file.write_all(self.to_csv().as_bytes())?;
             if let Some(m) = self.rpc_summary() {
                 let s = p.to_string_lossy();
                 let rpc_path = match s.strip_suffix("_kernel_stats.csv") {
