@@ -111,6 +111,8 @@ fn installed_rprof_traces_from_a_read_only_prefix() {
     .arg(&program)
     .args(["16", "4"])
     .env("TMPDIR", &tmp)
+    // Where the kfd front-end (6.4) makes its private sysfs tree.
+    .env("XDG_RUNTIME_DIR", &tmp)
     .env_remove("HSA_TOOLS_LIB");
     for (k, _) in std::env::vars() {
         if k.starts_with("RPROF_") {
