@@ -59,3 +59,69 @@ fn open_each(
     }
     Ok(sinks)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rprof_core::config::ProcessFacts;
+
+    fn config(dir: &std::path::Path, formats: &str, stats: bool) -> TraceConfig {
+        let dir = dir.to_string_lossy().into_owned();
+        let formats = formats.to_string();
+        let lookup = move |k: &str| match k {
+            "RPROF_KERNEL_TRACE" => Some("1".to_string()),
+            "RPROF_STATS" if stats => Some("1".to_string()),
+            "RPROF_OUTPUT_DIR" => Some(dir.clone()),
+            "RPROF_OUTPUT_NAME" => Some("run".to_string()),
+            "RPROF_OUTPUT_FORMAT" => Some(formats.clone()),
+            _ => None,
+        };
+        let facts = ProcessFacts {
+            pid: 1,
+            ppid: 1,
+            hostname: "h".into(),
+        };
+        TraceConfig::from_source(&lookup, &facts).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_taken_name_refuses_the_run_and_leaves_no_new_files() {
+        let dir = std::env::temp_dir().join(format!("rprof-outputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // An earlier run's statistics: pftrace, CSV and JSON would be
+        // created first, and must go again.
+        std::fs::write(dir.join("run_kernel_stats.csv"), b"earlier").unwrap();
+        let e = match open_outputs(&config(&dir, "pftrace,csv,json", true)) {
+            Ok(_) => panic!("a taken name was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.starts_with(&format!(
+                "{} already exists",
+                dir.join("run_kernel_stats.csv").display()
+            )),
+            "{e}"
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["run_kernel_stats.csv"]);
+        assert_eq!(
+            std::fs::read(dir.join("run_kernel_stats.csv")).unwrap(),
+            b"earlier"
+        );
+        // A free name opens all four.
+        std::fs::remove_file(dir.join("run_kernel_stats.csv")).unwrap();
+        assert_eq!(
+            open_outputs(&config(&dir, "pftrace,csv,json", true))
+                .unwrap()
+                .len(),
+            4
+        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
