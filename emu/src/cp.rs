@@ -427,6 +427,19 @@ unsafe fn signal_value<'a>(handle: u64) -> &'a AtomicI64 {
     }
 }
 
+/// The event slot whose interrupt history records rings of a signal with this mailbox and event id: the slot of
+/// our own mailbox array (thunk front-end), or the event id itself when the mailbox lives in an event page the
+/// runtime mapped from tracked memory (KFD front-end, where the slot index is the event id). `None` for a
+/// signal without a usable mailbox.
+pub fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32> {
+    if mailbox == 0 {
+        return None;
+    }
+    emu.events.id_of_mailbox(mailbox).or_else(|| {
+        (mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8)).then_some(event_id)
+    })
+}
+
 /// Does what CP firmware + KFD do when a signal with a mailbox changes: write the event id to the mailbox and
 /// fire the event.
 ///
@@ -443,17 +456,10 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
                 .load(Ordering::Acquire),
         )
     };
-    if mailbox == 0 {
-        return;
-    }
-    let id = if let Some(slot_id) = emu.events.id_of_mailbox(mailbox) {
-        emu.events.note_interrupt(slot_id, crate::clock::now_ns());
-        slot_id
-    } else if mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8) {
-        event_id
-    } else {
+    let Some(id) = interrupt_slot(emu, mailbox, event_id) else {
         return;
     };
+    emu.events.note_interrupt(id, crate::clock::now_ns());
     // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked above).
     unsafe { (*(mailbox as *const AtomicU64)).store(u64::from(event_id), Ordering::Release) };
     if emu.events.fire(event_id).is_err() && id != event_id {
