@@ -221,10 +221,10 @@ fn wakes_match_the_workload_with_a_ring_per_kernel() {
 
 #[test]
 fn every_ring_that_woke_a_sleeping_server_has_its_latency() {
-    // Kernels 10 ms apart: the server is asleep in the driver when each one
-    // rings, so the interrupt wakes it and the ring time is known. (With 3 ms,
-    // a server thread descheduled that long on a loaded 2-core machine was
-    // still spinning at one ring in 1 of ~10 CI runs.)
+    // Kernels 10 ms apart (the first too): the server is asleep in the
+    // driver when each one rings, so the interrupt wakes it and the ring time
+    // is known. (The first kernel used to launch at once, ringing before the
+    // server slept: 1 run in 5 had one ring without latency.)
     let t = run(
         "sleeping",
         &[

@@ -138,7 +138,7 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt(signal_handle: u64) -> c_int
             return -1;
         }
         // SAFETY: live signal per the contract.
-        unsafe { crate::cp::signal_interrupt(e, signal_handle) };
+        unsafe { crate::cp::signal_interrupt(e, signal_handle, crate::clock::now_ns()) };
         0
     })
 }
