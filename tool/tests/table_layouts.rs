@@ -91,5 +91,9 @@ fn committed_layouts_match_each_runtimes_headers() {
         );
         checked.push(l.runtime);
     }
-    assert_eq!(checked, ["5.2", "6.1", "6.4"], "every runtime's headers are checked");
+    assert_eq!(
+        checked,
+        ["5.2", "6.1", "6.4"],
+        "every runtime's headers are checked"
+    );
 }
