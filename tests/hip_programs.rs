@@ -159,7 +159,7 @@ fn multi_stream_events() {
 /// HIP copies device->device with its blit kernel `__amd_rocclr_copyBuffer`,
 /// which a kernel trace shows too, on add_one's stream after add_one ended.
 /// HIP 5.2.3 and 5.7.1 copy host<->device with DMA: per round, in dispatch
-/// order, scale, add_one, the D2D copy. HIP 6.4.3 also copies the pageable
+/// order, scale, add_one, the D2D copy. HIP 6.4.3 (on ROCr 6.4.3 and 7.0) also copies the pageable
 /// buffers with the blit kernel (through its staging buffer): per round
 /// copy (H2D), scale, copy (D2H), add_one, the D2D copy (docs/rocr6.md).
 #[test]
@@ -169,7 +169,7 @@ fn memcpy_mix() {
     const COPY: &str = "__amd_rocclr_copyBuffer";
     let round: &[&str] = match Runtime::selected() {
         Runtime::Rocm52 | Runtime::Rocm61 => &["scale(int*, int, int)", "add_one(int*, int)", COPY],
-        Runtime::Rocm64 => &[
+        Runtime::Rocm64 | Runtime::Rocm70 => &[
             COPY,
             "scale(int*, int, int)",
             COPY,

@@ -5,22 +5,22 @@ mod common;
 use common::{code_object, hsa_raw, run, Runtime};
 
 /// Live events once 5000 signals exist (docs/emulated-gpu.md): on ROCr 5.2.3 all 4096 signal events plus the
-/// runtime's VM-fault memory event; on 6.1.2 also its HW_EXCEPTION event; on 6.4.3 (KFD front-end) 4095 signal
-/// events plus the memory and HW_EXCEPTION events.
+/// runtime's VM-fault memory event; on 6.1.2 also its HW_EXCEPTION event; on 6.4.3 and 7.0 (KFD front-end) 4095
+/// signal events plus the memory and HW_EXCEPTION events.
 fn live_events_with_5000_signals() -> i64 {
     match Runtime::selected() {
         Runtime::Rocm52 => 4097,
         Runtime::Rocm61 => 4098,
-        Runtime::Rocm64 => 4097,
+        Runtime::Rocm64 | Runtime::Rocm70 => 4097,
     }
 }
 
 /// The GPU agent's profile on the APU layout: FULL where the GPU shares the CPU's node (the thunk front-end); ROCr
-/// 6.4.3 sees the KFD front-end's modern APU (a separate GPU node) as BASE (docs/emulated-gpu.md).
+/// 6.4.3 and 7.0 see the KFD front-end's modern APU (a separate GPU node) as BASE (docs/emulated-gpu.md).
 fn apu_profile() -> &'static str {
     match Runtime::selected() {
         Runtime::Rocm52 | Runtime::Rocm61 => "full",
-        Runtime::Rocm64 => "base",
+        Runtime::Rocm64 | Runtime::Rocm70 => "base",
     }
 }
 

@@ -10,6 +10,7 @@
 //! | `5.2` (default) | ROCr 5.2.3 + HIP 5.2.3 | this machine | `libhsakmt.so.1` on `LD_LIBRARY_PATH` |
 //! | `6.1` | ROCr 6.1.2 + HIP 5.7.1 | Debian trixie root | `libhsakmt.so.1` on `LD_LIBRARY_PATH` |
 //! | `6.4` | ROCr 6.4.3 + HIP 6.4.3 | Debian sid root | `librprof_emu_kfd.so` in `LD_PRELOAD` |
+//! | `7.0` | ROCr 7.0 + HIP 6.4.3 | the sid root, `/opt/rocr7` (by hand, not CI) | `librprof_emu_kfd.so` in `LD_PRELOAD` |
 //!
 //! C, C++ and HIP programs are compiled inside the runtime's root with its
 //! own compilers, and run there, through `scripts/rocm-env.sh VERSION -- ...`
@@ -41,6 +42,10 @@ pub enum Runtime {
     Rocm61,
     /// ROCr 6.4.3 + HIP 6.4.3, a Debian sid root.
     Rocm64,
+    /// ROCr 7.0 built from source into the sid root's `/opt/rocr7` (first on
+    /// `LD_LIBRARY_PATH`), under HIP 6.4.3. Not in CI: building it needs the
+    /// ROCm sources (`scripts/rocm-env.sh` says how when it is missing).
+    Rocm70,
 }
 
 /// How the emulated GPU gets under the runtime.
@@ -88,17 +93,18 @@ impl Runtime {
         *SELECTED.get_or_init(|| match std::env::var(SELECTOR) {
             Err(std::env::VarError::NotPresent) => Runtime::Rocm52,
             Ok(v) => Runtime::parse(&v)
-                .unwrap_or_else(|| panic!("{SELECTOR}={v:?}: expected 5.2, 6.1 or 6.4")),
+                .unwrap_or_else(|| panic!("{SELECTOR}={v:?}: expected 5.2, 6.1, 6.4 or 7.0")),
             Err(e) => panic!("{SELECTOR}: {e}"),
         })
     }
 
-    /// `5.2`, `6.1` or `6.4` (empty: 5.2).
+    /// `5.2`, `6.1`, `6.4` or `7.0` (empty: 5.2).
     pub fn parse(v: &str) -> Option<Runtime> {
         match v.trim() {
             "" | "5.2" => Some(Runtime::Rocm52),
             "6.1" => Some(Runtime::Rocm61),
             "6.4" => Some(Runtime::Rocm64),
+            "7.0" => Some(Runtime::Rocm70),
             _ => None,
         }
     }
@@ -109,6 +115,7 @@ impl Runtime {
             Runtime::Rocm52 => "5.2",
             Runtime::Rocm61 => "6.1",
             Runtime::Rocm64 => "6.4",
+            Runtime::Rocm70 => "7.0",
         }
     }
 
@@ -118,6 +125,7 @@ impl Runtime {
             Runtime::Rocm52 => "ROCr 5.2.3 + HIP 5.2.3 (host)",
             Runtime::Rocm61 => "ROCr 6.1.2 + HIP 5.7.1 (trixie root)",
             Runtime::Rocm64 => "ROCr 6.4.3 + HIP 6.4.3 (sid root)",
+            Runtime::Rocm70 => "ROCr 7.0 + HIP 6.4.3 (sid root, /opt/rocr7)",
         }
     }
 
@@ -126,7 +134,7 @@ impl Runtime {
     pub fn front_end(self) -> FrontEnd {
         match self {
             Runtime::Rocm52 | Runtime::Rocm61 => FrontEnd::Thunk,
-            Runtime::Rocm64 => FrontEnd::KfdPreload,
+            Runtime::Rocm64 | Runtime::Rocm70 => FrontEnd::KfdPreload,
         }
     }
 
@@ -137,7 +145,7 @@ impl Runtime {
         match self {
             Runtime::Rocm52 => "clang-15",
             Runtime::Rocm61 => "clang-17",
-            Runtime::Rocm64 => "clang-21",
+            Runtime::Rocm64 | Runtime::Rocm70 => "clang-21",
         }
     }
 
@@ -150,8 +158,12 @@ impl Runtime {
     /// is not cached yet; panics with `rocm-env.sh`'s reason if that fails
     /// (not root, no network, ...).
     pub fn root(self) -> &'static Path {
-        static ROOTS: [OnceLock<Result<PathBuf, String>>; 3] =
-            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static ROOTS: [OnceLock<Result<PathBuf, String>>; 4] = [
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+        ];
         let slot = &ROOTS[self as usize];
         let r = slot.get_or_init(|| {
             let out = Command::new("bash")
