@@ -101,11 +101,13 @@ pub fn thunk_dir(exe: &Path) -> io::Result<ThunkDir> {
         if !lib.is_file() {
             return Err(not_found(exe, THUNK_SONAME));
         }
-        let lib = lib.canonicalize()?;
-        check_trusted(&lib, exe)?;
-        return Ok(ThunkDir::Installed(
-            lib.parent().unwrap_or(&emu).to_path_buf(),
-        ));
+        // The directory goes on LD_LIBRARY_PATH as it is (the loader looks
+        // for the name `libhsakmt.so.1` in it, which may be a packager's
+        // symlink): both it and the library it names must be trusted.
+        let emu = emu.canonicalize()?;
+        check_trusted(&emu, exe)?;
+        check_trusted(&lib.canonicalize()?, exe)?;
+        return Ok(ThunkDir::Installed(emu));
     }
     let lib = sibling_of_exe(exe, THUNK_BUILT).ok_or_else(|| not_found(exe, THUNK_BUILT))?;
     let lib = lib.canonicalize()?;
@@ -141,9 +143,10 @@ impl PrivateLibDir {
             ));
         }
         template.pop();
-        Ok(PrivateLibDir {
-            dir: PathBuf::from(OsString::from_vec(template)),
-        })
+        let dir = PathBuf::from(OsString::from_vec(template));
+        // Absolute, whatever TMPDIR says, for LD_LIBRARY_PATH.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        Ok(PrivateLibDir { dir })
     }
 
     /// Makes `name` in the directory a symlink to `target`.
