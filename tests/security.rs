@@ -354,6 +354,21 @@ fn planted_library_directory_is_never_loaded() {
             !stderr.contains("cannot set up the emulated GPU"),
             "{stderr}"
         );
+        // The build tree's private directory is gone with the app; nothing
+        // else of the victim's was left in /tmp under rprof's name.
+        let left: Vec<_> = std::fs::read_dir("/tmp")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rprof-emu-"))
+            .filter(|e| e.path() != planted)
+            .filter(|e| std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.uid() == acc.victim.0))
+            .map(|e| e.path())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{}: left behind: {left:?}",
+            rprof.display()
+        );
     }
     let _ = std::fs::remove_dir_all(&planted);
     let _ = std::fs::remove_dir_all(&lab);
