@@ -6,15 +6,15 @@
 //! symbolic link planted where an output should go is never followed (a
 //! shared output directory cannot be used to truncate another user's file).
 //! Either case is an error naming the file and saying how to pick another
-//! name. The directory the file goes in must belong to the user writing it or
-//! to root: a directory someone else owns could have the file swapped or read
-//! behind rprof's back. [`spool_file`] gives a nameless file for temporary
+//! name. The directory is the user's choice and is used as given (a shared
+//! group directory works; whoever may write it can also rename what rprof
+//! wrote there, which no open flag prevents). [`spool_file`] gives a nameless file for temporary
 //! data (`O_TMPFILE`), or, where the file system lacks that, a create-new file
 //! unlinked at once.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// What to do about an output name that is taken, for messages.
@@ -24,7 +24,6 @@ const CHOOSE_ANOTHER: &str =
 
 /// Creates `path` for writing, which must not exist (see the module doc).
 pub fn create_new(path: &Path) -> io::Result<File> {
-    check_parent(path)?;
     OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -58,31 +57,6 @@ fn explain(path: &Path, e: io::Error) -> io::Error {
     }
 }
 
-/// Refuses to write into a directory that belongs to someone other than the
-/// user or root.
-fn check_parent(path: &Path) -> io::Result<()> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let meta = std::fs::metadata(parent)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "cannot create {}: its directory {} belongs to uid {}, who could replace or read the file \
-                 ({CHOOSE_ANOTHER})",
-                path.display(),
-                parent.display(),
-                meta.uid()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// A private, nameless read-write file in `dir` for data spooled until the
 /// end of the run (gone when closed).
 pub fn spool_file(dir: &Path) -> io::Result<File> {
@@ -102,7 +76,7 @@ pub fn spool_file(dir: &Path) -> io::Result<File> {
         Err(e)
             if matches!(
                 e.raw_os_error(),
-                Some(libc::EOPNOTSUPP) | Some(libc::EISDIR)
+                Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
             ) =>
         {
             // No O_TMPFILE here: a fresh name, created new and unlinked.
