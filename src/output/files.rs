@@ -22,19 +22,25 @@ const CHOOSE_ANOTHER: &str =
     "remove it, or choose another name with -o/--output-file (RPROF_OUTPUT_NAME) or \
                               another directory with -d/--output-directory (RPROF_OUTPUT_DIR)";
 
-/// Creates `path` for writing, which must not exist (see the module doc).
+/// Creates the trace output `path` for writing, which must not exist (see
+/// the module doc); the error says how to pick another output name.
 pub fn create_new(path: &Path) -> io::Result<File> {
+    create_new_hinted(path, CHOOSE_ANOTHER)
+}
+
+/// Like [`create_new`], with `hint` (what to do instead) in the error.
+pub fn create_new_hinted(path: &Path, hint: &str) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o666)
         .open(path)
-        .map_err(|e| explain(path, e))
+        .map_err(|e| explain(path, e, hint))
 }
 
 /// The error for a failed [`create_new`] of `path`, naming it.
-fn explain(path: &Path, e: io::Error) -> io::Error {
+fn explain(path: &Path, e: io::Error, hint: &str) -> io::Error {
     let is_link = std::fs::symlink_metadata(path)
         .map(|m| m.file_type().is_symlink())
         .unwrap_or(false);
@@ -42,14 +48,14 @@ fn explain(path: &Path, e: io::Error) -> io::Error {
         Some(libc::EEXIST) | Some(libc::ELOOP) if is_link => io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} is a symbolic link: rprof never writes through one ({CHOOSE_ANOTHER})",
+                "{} is a symbolic link: rprof never writes through one ({hint})",
                 path.display()
             ),
         ),
         Some(libc::EEXIST) => io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} already exists: rprof never overwrites a file ({CHOOSE_ANOTHER})",
+                "{} already exists: rprof never overwrites a file ({hint})",
                 path.display()
             ),
         ),
@@ -95,7 +101,7 @@ pub fn spool_file(dir: &Path) -> io::Result<File> {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .mode(0o600)
                 .open(&name)
-                .map_err(|e| explain(&name, e))?;
+                .map_err(|e| explain(&name, e, "a spool file's name was taken"))?;
             std::fs::remove_file(&name)?;
             Ok(f)
         }

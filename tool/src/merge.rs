@@ -246,7 +246,10 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
             reader: Box::new(BufReader::new(file)),
         });
     }
-    let mut out = BufWriter::new(rprof_core::output::files::create_new(output)?);
+    let mut out = BufWriter::new(rprof_core::output::files::create_new_hinted(
+        output,
+        "remove it, or name another output with -o",
+    )?);
     let result = merge_into(opened, &mut out).and_then(|s| out.flush().map(|()| s));
     if result.is_err() {
         // The file is ours (created new above): no half-merged trace stays.
