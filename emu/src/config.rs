@@ -380,6 +380,65 @@ fn parse_file(text: &str) -> Result<Vec<(String, String)>, String> {
 mod tests {
     use super::*;
 
+    /// Deterministic mutation fuzzing (stable Rust): a seed configuration
+    /// mutated by a fixed xorshift sequence must parse to a configuration or
+    /// an error, never a panic.
+    #[test]
+    fn fuzz_config_never_panics() {
+        let seed = "# emulator\nGPUS=gfx90a,gfx942\nCUS=8\nKERNEL_NS=add=1000,0x7f00=20,500\n\
+                    KFD_VERSION=1.14\nVRAM_MB=512\nAPU=0\nLOG=1\nSDMA=yes\n";
+        let pieces = [
+            "=",
+            ",",
+            "0x",
+            ".kd",
+            "#",
+            "\n",
+            "gfx",
+            "99999999999999999999",
+            ":",
+            "1.",
+            "-1",
+            "=",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut ok, mut errors) = (0u32, 0u32);
+        for _ in 0..20_000 {
+            let mut text = seed.as_bytes().to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % (text.len() as u64 + 1)) as usize;
+                match next() % 4 {
+                    0 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    1 if at < text.len() => text[at] = next() as u8,
+                    2 => {
+                        let p = pieces[(next() % pieces.len() as u64) as usize];
+                        text.splice(at..at, p.bytes()).for_each(drop);
+                    }
+                    _ => text.truncate(at),
+                }
+            }
+            let text = String::from_utf8_lossy(&text);
+            let result = std::panic::catch_unwind(|| {
+                parse_file(&text).and_then(|p| Config::from_pairs(&p.into_iter().collect()))
+            });
+            match result {
+                Ok(Ok(_)) => ok += 1,
+                Ok(Err(_)) => errors += 1,
+                Err(_) => panic!("config parsing panicked on {text:?}"),
+            }
+        }
+        assert_eq!(ok + errors, 20_000);
+        assert!(ok > 0 && errors > 0, "ok {ok}, errors {errors}");
+    }
+
     #[test]
     fn hostile_config_files_are_errors() {
         let e = read_config_file(std::path::Path::new("/dev/zero")).unwrap_err();
