@@ -29,7 +29,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use hip_support::{
-    check_outputs, hip_program, profile_dir, repo_root, run_with_timeout, single_report, Runtime,
+    check_outputs, hip_program, profile_dir, repo_root, run_with_timeout, single_report,
+    target_dir, Runtime,
 };
 
 /// Victim and attacker accounts, and the group they share.
@@ -66,7 +67,18 @@ fn scratch(label: &str) -> PathBuf {
 fn installed_prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
-        let prefix = scratch("prefix");
+        // Under the target directory (visible in every root, readable by
+        // the test users), replaced on every run of this test binary.
+        let prefix = Runtime::selected()
+            .build_dir(&target_dir(), "security")
+            .join("prefix");
+        if prefix.exists() {
+            run_ok(
+                Command::new("chmod").args(["-R", "u+w"]).arg(&prefix),
+                "chmod",
+            );
+            std::fs::remove_dir_all(&prefix).unwrap();
+        }
         let mut c = Command::new("bash");
         c.arg(repo_root().join("scripts/install.sh"))
             .args(["--profile", "debug", "--no-build"])
@@ -195,7 +207,7 @@ fn accounts() -> Option<&'static Accounts> {
                     );
                 }
             }
-            let dir = scratch("dropto");
+            let dir = Runtime::selected().build_dir(&target_dir(), "security");
             let src = dir.join("dropto.c");
             std::fs::write(
                 &src,
