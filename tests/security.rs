@@ -2,7 +2,8 @@
 //! `RPROF_TEST_ROCM` selects (tests/rocm_runtime).
 //!
 //! - `installed_rprof_traces_from_a_read_only_prefix`: `scripts/install.sh`
-//!   into a fresh prefix made read-only; the installed `rprof` traces a HIP
+//!   into a fresh prefix (`<target>/rocm-VERSION/security/prefix`) made
+//!   read-only; the installed `rprof` traces a HIP
 //!   program on the emulated GPU (exact dispatch counts) and writes nothing
 //!   outside its output directory (the child's `TMPDIR` is empty afterwards).
 //! - `planted_library_directory_is_never_loaded` and
