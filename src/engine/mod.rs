@@ -79,6 +79,12 @@ pub trait SignalSource<S: DispatchSignal> {
     fn available(&self) -> usize;
     /// Total signals the source can have out at once.
     fn capacity(&self) -> usize;
+    /// True once the source can never hand out a signal again (the runtime
+    /// failed to create any, or the source is closed): the interceptor then
+    /// passes kernels through untraced at once instead of waiting.
+    fn never_available(&self) -> bool {
+        false
+    }
 }
 
 /// What the completion thread needs from the device side.
@@ -717,6 +723,7 @@ impl<S: DispatchSignal> Engine<S> {
             // A batch larger than the whole pool can never be served whole:
             // trace what fits, the rest passes through (counted lost).
             if count > source.capacity()
+                || source.never_available()
                 || started.elapsed() >= self.options.pool_wait
                 || !self.is_tracing()
             {
