@@ -119,6 +119,12 @@ pub struct QueueContext {
     slots: AtomicU64,
     /// The runtime destroyed the queue: its unfinished packets never run.
     destroyed: AtomicBool,
+    /// A wait for ring space on this queue once ended without room (the
+    /// device made no progress: e.g. the queue's head waits for a host
+    /// signal the submitting thread sets later). From then on the queue
+    /// never waits: a call without room passes its packets through
+    /// untraced (counted lost).
+    ring_wait_gave_up: AtomicBool,
 }
 
 impl QueueContext {
@@ -132,7 +138,14 @@ impl QueueContext {
             slot_limit: 0,
             slots: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
+            ring_wait_gave_up: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a wait for ring space on this queue ever gave up (the queue
+    /// no longer waits).
+    pub fn ring_wait_gave_up(&self) -> bool {
+        self.ring_wait_gave_up.load(Ordering::Acquire)
     }
 
     /// Tells the completion thread that the queue is gone: dispatches of it
@@ -328,6 +341,10 @@ impl Default for EngineOptions {
     }
 }
 
+/// Longest an interceptor waits for ring space while none of the queue's
+/// traced packets finishes (see `Engine::wait_for_ring_space`).
+pub const RING_STALL: Duration = Duration::from_secs(1);
+
 const RUNNING: u8 = 0;
 const FINALIZING: u8 = 1;
 const STOP_COMPLETION: u8 = 2;
@@ -414,6 +431,13 @@ impl<S: DispatchSignal> Engine<S> {
     /// Whether new work is still traced (false once finalization began).
     pub fn is_tracing(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// Whether the completion thread still recycles slots and signals, so an
+    /// interceptor may wait for them.
+    fn is_guarding(&self) -> bool {
+        self.state.load(Ordering::Acquire) < STOP_COMPLETION
+            && !self.completion_gone.load(Ordering::Acquire)
     }
 
     /// Counts `n` records or dispatches that could not be recorded.
@@ -551,6 +575,12 @@ impl<S: DispatchSignal> Engine<S> {
             write(packets);
             return;
         }
+        // Room in the ring first, for as many slots as the batch can take.
+        if !self.wait_for_ring_space(queue, self.slots_needed(packets)) {
+            self.count_lost(kernels as u64);
+            write(packets);
+            return;
+        }
         let begin_ns = boottime_ns();
         let thread_id = current_thread_id();
         // Most packets and signals the batch can need: a serialized kernel
@@ -597,7 +627,6 @@ impl<S: DispatchSignal> Engine<S> {
         );
         let traced = batch.dispatches.len() as u64;
         let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
-        self.wait_for_ring_space(queue, slots);
         // Count before the device can possibly finish them.
         queue.slots.fetch_add(slots, Ordering::AcqRel);
         queue.in_flight.fetch_add(traced, Ordering::AcqRel);
@@ -662,15 +691,38 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
-    /// Waits (bounded by [`EngineOptions::pool_wait`]) until the queue's ring
-    /// has room for `slots` more traced slots; see [`QueueContext::with_ring`].
-    fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) {
-        if queue.slot_limit == 0 {
-            return;
+    /// Ring slots the traced form of `packets` takes at most: each kernel,
+    /// its forwarding barrier when the app gave a signal, and the two gate
+    /// barriers when serialized.
+    fn slots_needed(&self, packets: &[RawPacket]) -> u64 {
+        let per_kernel = 1 + if self.options.serialize { 2 } else { 0 };
+        packets
+            .iter()
+            .filter(|p| p.is_kernel_dispatch())
+            .map(|p| {
+                per_kernel + u64::from(p.completion_signal() != 0 && !self.options.host_forwarding)
+            })
+            .sum()
+    }
+
+    /// Waits until the queue's ring has room for `slots` more traced slots
+    /// (see [`QueueContext::with_ring`]); returns whether there is room.
+    ///
+    /// The wait ends without room after [`RING_STALL`] in which none of the
+    /// queue's traced packets finished (or [`EngineOptions::pool_wait`] in
+    /// all): the device cannot make progress on this queue by itself (its
+    /// head waits for something the app does later). Such a queue never
+    /// waits again: later calls without room return `false` at once.
+    fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) -> bool {
+        if queue.slot_limit == 0 || slots == 0 {
+            return true;
         }
         let need = slots.min(queue.slot_limit);
         if queue.slots_in_use() + need <= queue.slot_limit {
-            return;
+            return true;
+        }
+        if queue.ring_wait_gave_up() {
+            return false;
         }
         // Hysteresis: once full, wait for an eighth of the ring to drain, so
         // that a full queue costs one wake-up per many dispatches. A batch
@@ -680,11 +732,26 @@ impl<S: DispatchSignal> Engine<S> {
         let low_water = queue.slot_limit - queue.slot_limit / 8;
         let target = low_water.saturating_sub(need);
         let start = Instant::now();
+        let mut progress = start;
+        let mut last = queue.slots_in_use();
         let mut rounds = 0u32;
-        while queue.slots_in_use() > target
-            && start.elapsed() < self.options.pool_wait
-            && self.is_tracing()
-        {
+        loop {
+            let now_in_use = queue.slots_in_use();
+            if now_in_use <= target {
+                return true;
+            }
+            if !self.is_guarding() {
+                // Nothing traced any more: the completion thread is gone.
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
+            if now_in_use < last {
+                last = now_in_use;
+                progress = Instant::now();
+            }
+            if progress.elapsed() >= RING_STALL || start.elapsed() >= self.options.pool_wait {
+                queue.ring_wait_gave_up.store(true, Ordering::Release);
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
             self.wake_urgently(rounds);
             if rounds < 64 {
                 std::thread::yield_now();

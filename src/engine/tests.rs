@@ -1187,3 +1187,55 @@ fn long_batches_allocate_nothing_in_steady_state() {
 fn long_serialized_batches_allocate_nothing_in_steady_state() {
     long_batches_allocate_nothing(true);
 }
+
+#[test]
+fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_stall() {
+    // The app's queue starts with a barrier on a host signal that the
+    // submitting thread opens only after its launches; the device cannot
+    // free ring slots until then. One wait of RING_STALL, then the queue
+    // never waits again: the launches that do not fit pass through
+    // untraced (counted lost).
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 64,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(3),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    );
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    let host_gate = 3000u64;
+    h.submit(&q, &[RawPacket::gate_barrier(host_gate)]);
+    let t0 = Instant::now();
+    let mut call_times = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        h.submit(&q, &[kernel_packet(1, 2000)]);
+        call_times.push(t.elapsed());
+    }
+    let took = t0.elapsed();
+    // 6 kernels with their forwarding barriers fill the 12 slots; the 7th
+    // waits RING_STALL; the last 3 do not wait at all.
+    assert!(
+        took < RING_STALL + Duration::from_millis(700),
+        "took {took:?}"
+    );
+    assert!(call_times[6] >= RING_STALL, "{call_times:?}");
+    for t in &call_times[7..] {
+        assert!(*t < Duration::from_millis(100), "{call_times:?}");
+    }
+    assert!(q.ring_wait_gave_up());
+    assert_eq!(h.engine.counters().lost.load(Ordering::SeqCst), 4);
+    h.signals.value[Signals::idx(host_gate)].store(0, Ordering::SeqCst);
+    let (outcome, collected, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 6);
+    assert_eq!(outcome.metadata.records_lost, 4);
+    assert_eq!(collected.dispatches.len(), 6);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 10);
+    assert_eq!(q.slots_in_use(), 0);
+}
