@@ -199,6 +199,11 @@ pub struct InFlight<S> {
     pub host_forward: u64,
     /// With `--serialize-kernels`: the two barriers in front of the kernel.
     pub serial: Option<SerialGate<S>>,
+    /// Whether the dispatch is recorded. Dispatches submitted after
+    /// recording stopped are still rewritten and tracked, only so that the
+    /// ring guard keeps working (see [`Engine::keep_guard_after_stop`]);
+    /// they produce no record and are not counted in [`Engine::in_flight`].
+    pub recorded: bool,
 }
 
 impl<S> InFlight<S> {
@@ -385,6 +390,25 @@ pub struct Engine<S> {
     state: AtomicU8,
     /// Reusable storage for batches larger than the inline capacities.
     spares: ArrayQueue<SpareStorage<S>>,
+    /// Interceptor calls that passed the tracing check and may still add
+    /// recorded dispatches; shutdown waits for them (bounded).
+    recording_calls: AtomicU64,
+    /// After recording stops, the completion thread keeps recycling the
+    /// signals and ring slots of dispatches submitted later, so the ring
+    /// guard goes on (the at-exit flush while app threads keep launching).
+    keep_guard: AtomicBool,
+    /// The completion thread has settled every recorded dispatch (recorded
+    /// or counted lost) after shutdown: the writer may finish.
+    records_closed: AtomicBool,
+}
+
+/// Decrements a counter when dropped (also on unwinding).
+struct CountedCall<'a>(&'a AtomicU64);
+
+impl Drop for CountedCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -404,6 +428,9 @@ impl<S: DispatchSignal> Engine<S> {
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
             spares: ArrayQueue::new(SPARE_BATCHES),
+            recording_calls: AtomicU64::new(0),
+            keep_guard: AtomicBool::new(false),
+            records_closed: AtomicBool::new(false),
             options,
         }
     }
@@ -436,8 +463,27 @@ impl<S: DispatchSignal> Engine<S> {
     /// Whether the completion thread still recycles slots and signals, so an
     /// interceptor may wait for them.
     fn is_guarding(&self) -> bool {
-        self.state.load(Ordering::Acquire) < STOP_COMPLETION
-            && !self.completion_gone.load(Ordering::Acquire)
+        !self.completion_gone.load(Ordering::Acquire)
+            && (self.state.load(Ordering::Acquire) < STOP_COMPLETION
+                || self.keep_guard.load(Ordering::Acquire))
+    }
+
+    /// Asks the completion thread to keep running after shutdown, only to
+    /// recycle the signals and ring slots of dispatches submitted after
+    /// recording stopped: app threads that keep launching while the process
+    /// exits still get the ring guard (without it ROCr 5.2.3 aborts on a
+    /// second overflow of its hidden ring). Call before
+    /// [`Engine::begin_shutdown`]; then wait for
+    /// [`Engine::records_closed`] instead of joining the completion thread.
+    pub fn keep_guard_after_stop(&self) {
+        self.keep_guard.store(true, Ordering::Release);
+    }
+
+    /// Whether the completion thread has settled every recorded dispatch
+    /// after [`Engine::begin_shutdown`] (it has returned, or it only
+    /// recycles unrecorded dispatches now).
+    pub fn records_closed(&self) -> bool {
+        self.records_closed.load(Ordering::Acquire)
     }
 
     /// Counts `n` records or dispatches that could not be recorded.
@@ -554,6 +600,7 @@ impl<S: DispatchSignal> Engine<S> {
                 forwarded: by_barrier,
                 host_forward: if by_barrier { 0 } else { app_signal },
                 serial,
+                recorded: true,
             });
         }
         ids
@@ -571,8 +618,24 @@ impl<S: DispatchSignal> Engine<S> {
         write: impl FnOnce(&[RawPacket]),
     ) {
         let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count();
-        if !self.is_tracing() || kernels == 0 {
+        if kernels == 0 {
             write(packets);
+            return;
+        }
+        // Announce the call before looking at the state (both SeqCst):
+        // either shutdown sees the call and waits for it, or the call sees
+        // that recording stopped. A call past this check always ends with
+        // its dispatches recorded or counted lost.
+        self.recording_calls.fetch_add(1, Ordering::SeqCst);
+        let call = CountedCall(&self.recording_calls);
+        let recorded = self.state.load(Ordering::SeqCst) == RUNNING;
+        if !recorded {
+            drop(call);
+            if !self.is_guarding() {
+                write(packets);
+                return;
+            }
+            self.guard_only(queue, packets, kernels, source, write);
             return;
         }
         // Room in the ring first, for as many slots as the batch can take.
@@ -666,6 +729,7 @@ impl<S: DispatchSignal> Engine<S> {
                 drop(b);
             }
         }
+        drop(call);
         if large {
             // Keep the heap storage for the next large batch (dropped only
             // if more large batches than SPARE_BATCHES were built at once).
@@ -678,6 +742,65 @@ impl<S: DispatchSignal> Engine<S> {
         // The completion thread parks when nothing is in flight; wake it for
         // the first dispatch. Otherwise it polls on its own schedule.
         if before == 0 && self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// An interceptor call after recording stopped, while the completion
+    /// thread still recycles: the kernels are rewritten and tracked as
+    /// before (so the ring guard holds), but nothing is recorded and
+    /// nothing is counted. Kernels that cannot be tracked pass through.
+    fn guard_only(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        kernels: usize,
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        if kernels > BATCH_INLINE_DISPATCHES
+            || packets.len() + kernels * 3 > BATCH_INLINE_PACKETS
+            || !self.wait_for_ring_space(queue, self.slots_needed(packets))
+        {
+            write(packets);
+            return;
+        }
+        let mut batch = PacketBatch {
+            packets: SmallVec::new(),
+            dispatches: SmallVec::new(),
+            untraced: 0,
+        };
+        let mut signals = SmallVec::new();
+        self.build_batch(
+            &mut batch,
+            &mut signals,
+            queue,
+            packets,
+            kernels,
+            source,
+            boottime_ns(),
+            0,
+        );
+        let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
+        queue.slots.fetch_add(slots, Ordering::AcqRel);
+        queue
+            .in_flight
+            .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
+        write(&batch.packets);
+        for mut entry in batch.dispatches.drain(..) {
+            entry.recorded = false;
+            if let Err(b) = self.pending.push(entry) {
+                // Nobody will see it complete: release its slots now and
+                // keep its signals out of the pool (the device may still
+                // write them).
+                queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
+                let InFlight { signal, serial, .. } = b;
+                std::mem::forget(signal);
+                std::mem::forget(serial);
+            }
+        }
+        if self.completion_wake.is_parked() {
             self.completion_wake.notify();
         }
     }
@@ -834,8 +957,13 @@ impl<S: DispatchSignal> Engine<S> {
     pub fn begin_shutdown(&self, timeout: Duration) -> u64 {
         let _ =
             self.state
-                .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
+                .compare_exchange(RUNNING, FINALIZING, Ordering::SeqCst, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
+        // Calls that passed the tracing check before it changed add their
+        // dispatches to the in-flight count shortly; wait for them first.
+        while self.recording_calls.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(50));
+        }
         while self.in_flight() > 0
             && Instant::now() < deadline
             && !self.completion_gone.load(Ordering::Acquire)
@@ -872,6 +1000,14 @@ impl<S: DispatchSignal> Engine<S> {
         let _ =
             self.state
                 .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// In a child created by `fork`: rprof's threads do not exist there, so
+    /// nothing is traced or guarded and nobody waits for them.
+    pub fn forked_child(&self) {
+        self.completion_gone.store(true, Ordering::Release);
+        self.writer_gone.store(true, Ordering::Release);
+        self.stop_tracing_now();
     }
 
     /// Tells the writer that no more records will come (call after the

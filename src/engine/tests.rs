@@ -116,6 +116,8 @@ struct FakeDevice {
     ring: Mutex<VecDeque<RawPacket>>,
     signals: Arc<Signals>,
     stop: AtomicBool,
+    /// While set, the device runs nothing (a busy GPU).
+    paused: AtomicBool,
     kernels: AtomicU64,
     barriers: AtomicU64,
     gates: AtomicU64,
@@ -124,6 +126,10 @@ struct FakeDevice {
 impl FakeDevice {
     fn run(&self) {
         loop {
+            if self.paused.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+                continue;
+            }
             let p = self.ring.lock().unwrap().pop_front();
             let Some(p) = p else {
                 if self.stop.load(Ordering::SeqCst) {
@@ -275,6 +281,7 @@ impl Harness {
             ring: Mutex::new(VecDeque::new()),
             signals: signals.clone(),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             kernels: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             gates: AtomicU64::new(0),
@@ -1238,4 +1245,133 @@ fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_
     assert_eq!(collected.dispatches.len(), 6);
     assert_eq!(device.kernels.load(Ordering::SeqCst), 10);
     assert_eq!(q.slots_in_use(), 0);
+}
+
+/// A pool whose first acquire stalls (the interceptor is past the tracing
+/// check, preempted before it counts its dispatch in flight).
+struct StallingSource {
+    inner: Arc<FakePool>,
+    first: AtomicBool,
+    entered: std::sync::mpsc::SyncSender<()>,
+}
+
+impl SignalSource<FakeSignal> for StallingSource {
+    fn try_acquire(&self) -> Option<FakeSignal> {
+        if self.first.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.inner.try_acquire()
+    }
+    fn available(&self) -> usize {
+        self.inner.available()
+    }
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+}
+
+#[test]
+fn a_dispatch_past_the_tracing_check_when_shutdown_begins_is_recorded() {
+    let h = Harness::new(8, Names::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let source = StallingSource {
+        inner: h.pool.clone(),
+        first: AtomicBool::new(true),
+        entered: tx,
+    };
+    let (engine, device) = (h.engine.clone(), h.device.clone());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let app = std::thread::spawn(move || {
+        engine.intercept(&q, &[kernel_packet(1, 0)], &source, |out| {
+            device.ring.lock().unwrap().extend(out.iter().copied());
+        });
+    });
+    rx.recv().unwrap();
+    // Shutdown begins while the call is inside the interceptor.
+    let (outcome, collected, device) = h.finish();
+    app.join().unwrap();
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 1);
+    // It ran, so it is recorded (or, at worst, counted lost): never neither.
+    assert_eq!(outcome.metadata.dispatches, 1);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(collected.dispatches.len(), 1);
+    assert_eq!(collected.intercepts.len(), 1);
+}
+
+#[test]
+fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching() {
+    let mut h = Harness::new(64, Names::default());
+    h.engine.keep_guard_after_stop();
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    let stop = Arc::new(AtomicBool::new(false));
+    let after_close = Arc::new(AtomicU64::new(0));
+    let max_backlog = Arc::new(AtomicU64::new(0));
+    let worker = {
+        let (engine, device, pool, q, stop, after_close, max_backlog) = (
+            h.engine.clone(),
+            h.device.clone(),
+            h.pool.clone(),
+            q.clone(),
+            stop.clone(),
+            after_close.clone(),
+            max_backlog.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let closed = engine.records_closed();
+                engine.intercept(&q, &[kernel_packet(1, 2000)], &*pool, |out| {
+                    let mut ring = device.ring.lock().unwrap();
+                    ring.extend(out.iter().copied());
+                    max_backlog.fetch_max(ring.len() as u64, Ordering::SeqCst);
+                });
+                if closed {
+                    after_close.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    // The at-exit flush: stop recording, wait for what was recorded, let
+    // the writer finish, while the app thread keeps launching.
+    let t0 = Instant::now();
+    let left = h.engine.begin_shutdown(Duration::from_secs(5));
+    while !h.engine.records_closed() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(h.engine.records_closed());
+    h.engine.stop_writer();
+    let outcome = h.writer.take().unwrap().join().unwrap();
+    let flush = t0.elapsed();
+    // A busy device after the flush: the app thread keeps submitting.
+    h.device.paused.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    h.device.paused.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::SeqCst);
+    worker.join().unwrap();
+    assert_eq!(left, 0);
+    assert!(flush < Duration::from_millis(500), "flush took {flush:?}");
+    assert!(after_close.load(Ordering::SeqCst) > 0);
+    assert!(
+        max_backlog.load(Ordering::SeqCst) <= 12,
+        "the device ring held {} packets of a 12-slot queue",
+        max_backlog.load(Ordering::SeqCst)
+    );
+    let collected = std::mem::take(&mut *h.collected.lock().unwrap());
+    let m = outcome.metadata;
+    assert_eq!(m.records_lost, 0);
+    assert_eq!(m.dispatches, collected.dispatches.len() as u64);
+    assert!(m.dispatches > 0);
+    let ids: HashSet<u64> = collected
+        .dispatches
+        .iter()
+        .map(|(d, _)| d.dispatch_id)
+        .collect();
+    assert_eq!(ids.len(), collected.dispatches.len());
+    // Every recorded dispatch has its interceptor slice.
+    assert_eq!(collected.intercepts.len(), collected.dispatches.len());
+    h.device.stop.store(true, Ordering::SeqCst);
+    // The completion thread keeps recycling until the process ends.
+    std::mem::forget(std::mem::take(&mut h.threads));
 }

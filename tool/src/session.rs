@@ -493,7 +493,7 @@ extern "C" {
 extern "C" fn in_forked_child() {
     if let Some(s) = session() {
         s.finished.store(true, Ordering::Release);
-        s.engine.stop_tracing_now();
+        s.engine.forked_child();
     }
 }
 
