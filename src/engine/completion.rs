@@ -344,17 +344,34 @@ impl<S: DispatchSignal> Engine<S> {
         queue.slots.fetch_sub(slots, Ordering::AcqRel);
         let mut rec = Record::Dispatch(record);
         let mut waited = 0u32;
+        let mut seen = self.writer_progress.load(Ordering::Acquire);
+        let mut since = None::<std::time::Instant>;
         loop {
             match self.records.push(rec) {
                 Ok(()) => break,
-                Err(_) if self.writer_gone.load(Ordering::Acquire) => {
+                Err(_)
+                    if self.writer_gone.load(Ordering::Acquire)
+                        || self.writer_stalled.load(Ordering::Acquire) =>
+                {
                     self.count_lost(1);
                     break;
                 }
                 Err(back) => {
-                    // Never drop: wait for the writer.
+                    // Wait for the writer while it makes progress (back-
+                    // pressure, never loss); a writer that takes nothing
+                    // for WRITER_STALL is stuck: drop instead of waiting.
                     rec = back;
                     self.writer_wake.notify();
+                    let now_seen = self.writer_progress.load(Ordering::Acquire);
+                    if now_seen != seen {
+                        seen = now_seen;
+                        since = None;
+                    }
+                    let start = *since.get_or_insert_with(std::time::Instant::now);
+                    if start.elapsed() >= super::WRITER_STALL {
+                        self.writer_stalled.store(true, Ordering::Release);
+                        continue;
+                    }
                     waited += 1;
                     if waited < 16 {
                         std::thread::yield_now();

@@ -400,6 +400,30 @@ pub struct Engine<S> {
     /// The completion thread has settled every recorded dispatch (recorded
     /// or counted lost) after shutdown: the writer may finish.
     records_closed: AtomicBool,
+    /// Records the writer has taken off the record queue (its progress).
+    writer_progress: AtomicU64,
+    /// The writer made no progress for [`WRITER_STALL`] while the record
+    /// queue was full (stuck on a FIFO nobody reads, a hung file system):
+    /// records that do not fit are dropped (counted lost) instead of
+    /// waited for, until it moves again.
+    writer_stalled: AtomicBool,
+}
+
+/// Longest the completion thread waits for a writer that takes no record
+/// at all before it drops records (counted lost) instead of waiting.
+pub const WRITER_STALL: Duration = Duration::from_secs(2);
+
+/// Joins `handle` if its thread ends within `timeout`; otherwise leaves it
+/// running (detached) and returns `None`. Teardown never blocks longer.
+pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
+    let start = Instant::now();
+    while !handle.is_finished() {
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    handle.join().ok()
 }
 
 /// Decrements a counter when dropped (also on unwinding).
@@ -431,6 +455,8 @@ impl<S: DispatchSignal> Engine<S> {
             recording_calls: AtomicU64::new(0),
             keep_guard: AtomicBool::new(false),
             records_closed: AtomicBool::new(false),
+            writer_progress: AtomicU64::new(0),
+            writer_stalled: AtomicBool::new(false),
             options,
         }
     }
@@ -477,6 +503,17 @@ impl<S: DispatchSignal> Engine<S> {
     /// [`Engine::records_closed`] instead of joining the completion thread.
     pub fn keep_guard_after_stop(&self) {
         self.keep_guard.store(true, Ordering::Release);
+    }
+
+    /// Whether the writer was found stuck (no record taken for
+    /// [`WRITER_STALL`] with the record queue full) and has not moved since.
+    pub fn writer_stalled(&self) -> bool {
+        self.writer_stalled.load(Ordering::Acquire)
+    }
+
+    /// Records waiting in the record queue (not yet taken by the writer).
+    pub fn records_queued(&self) -> usize {
+        self.records.len()
     }
 
     /// Whether the completion thread has settled every recorded dispatch
@@ -945,6 +982,13 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     fn push_record_from_app_thread(&self, rec: Record) {
+        if self.writer_stalled.load(Ordering::Acquire) {
+            // A stuck writer: no app thread waits for it.
+            if self.records.push(rec).is_err() {
+                self.count_lost(1);
+            }
+            return;
+        }
         let deadline = Instant::now() + Duration::from_millis(100);
         if push_bounded(&self.records, rec, deadline, || self.writer_wake.notify()).is_err() {
             self.count_lost(1);

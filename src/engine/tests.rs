@@ -1375,3 +1375,91 @@ fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching()
     // The completion thread keeps recycling until the process ends.
     std::mem::forget(std::mem::take(&mut h.threads));
 }
+
+/// A sink stuck in its first write (a FIFO nobody reads, a hung file
+/// system) until `release` is set.
+struct StuckSink(Arc<AtomicBool>);
+
+impl RecordSink for StuckSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        while !self.0.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
+    let signals = Signals::new();
+    let pool = Arc::new(FakePool::new(signals.clone(), 8));
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        pid: 1,
+        max_in_flight: 8,
+        record_queue: 8,
+        pool_wait: Duration::from_secs(1),
+        min_backoff: Duration::from_micros(50),
+        max_backoff: Duration::from_micros(500),
+        serialize: false,
+        host_forwarding: false,
+    }));
+    let (e, b) = (
+        engine.clone(),
+        FakeBackend {
+            signals: signals.clone(),
+        },
+    );
+    let completion = std::thread::spawn(move || e.run_completion(&b));
+    let release = Arc::new(AtomicBool::new(false));
+    let (e, r) = (engine.clone(), release.clone());
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(StuckSink(r))];
+        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+    });
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let t0 = Instant::now();
+    const N: u64 = 30;
+    for _ in 0..N {
+        engine.intercept(&q, &[kernel_packet(1, 0)], &*pool, |out| {
+            for p in out {
+                let s = p.completion_signal();
+                if s != 0 && s < 1000 {
+                    signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    // The teardown of the flush, bounded.
+    let left = engine.begin_shutdown(Duration::from_secs(3));
+    let joined = join_within(completion, Duration::from_secs(3));
+    engine.stop_writer();
+    let outcome = join_within(writer, Duration::from_millis(200));
+    let took = t0.elapsed();
+    assert_eq!(left, 0);
+    assert!(
+        joined.is_some(),
+        "the completion thread hung behind the writer"
+    );
+    assert!(outcome.is_none(), "the writer cannot have finished");
+    assert!(
+        took < WRITER_STALL + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    // Everything is accounted for: each dispatch became a record in the
+    // queue (at most 8, the writer holds one intercept record) or was
+    // counted lost, and each interceptor record likewise.
+    let lost = engine.counters().lost.load(Ordering::SeqCst);
+    let queued = engine.records_queued() as u64;
+    assert_eq!(lost + queued + 1, 2 * N, "lost {lost}, queued {queued}");
+    assert!(engine.writer_stalled());
+    release.store(true, Ordering::SeqCst);
+}

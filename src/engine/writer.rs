@@ -83,6 +83,10 @@ impl<S: DispatchSignal> Engine<S> {
             let mut got = false;
             while let Some(rec) = self.records.pop() {
                 got = true;
+                self.writer_progress.fetch_add(1, Ordering::Release);
+                if self.writer_stalled.load(Ordering::Relaxed) {
+                    self.writer_stalled.store(false, Ordering::Release);
+                }
                 match rec {
                     Record::Intercept(r) => {
                         intercept_calls += 1;
