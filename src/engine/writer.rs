@@ -34,13 +34,17 @@ impl KernelNames for &KernelTable {
 }
 
 /// What the writer did, for the run metadata and the caller's report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WriterOutcome {
     /// Metadata as passed to every sink's `finish`.
     pub metadata: RunMetadata,
     /// Sink calls that failed (each failing sink is disabled after its
     /// first error).
     pub sink_errors: u64,
+    /// Per sink, in the order given: `None` if it finished (every record
+    /// and its `finish` written), else the first error (the file is
+    /// incomplete).
+    pub sink_failures: Vec<Option<String>>,
     /// Interceptor calls seen.
     pub intercept_calls: u64,
     /// Sum of their durations (entry to return, including the runtime's
@@ -61,12 +65,14 @@ impl<S: DispatchSignal> Engine<S> {
         agents: &[AgentInfo],
     ) -> WriterOutcome {
         let mut failed = vec![false; sinks.len()];
+        let mut failures: Vec<Option<String>> = vec![None; sinks.len()];
         let mut errors = 0u64;
         let mut report = |i: usize, failed: &mut Vec<bool>, what: &str, e: std::io::Error| {
             errors += 1;
             if !failed[i] {
                 eprintln!("rprof: output {i} failed in {what}: {e}; it is disabled for the rest of the run");
                 failed[i] = true;
+                failures[i] = Some(format!("{what} failed: {e}"));
             }
         };
         for (i, sink) in sinks.iter_mut().enumerate() {
@@ -152,6 +158,7 @@ impl<S: DispatchSignal> Engine<S> {
         WriterOutcome {
             metadata,
             sink_errors: errors,
+            sink_failures: failures,
             intercept_calls,
             intercept_ns,
         }

@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod outputs;
+mod report;
 pub mod preload;
 mod rpc_wait;
 pub mod runtime;
