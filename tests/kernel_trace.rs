@@ -454,3 +454,144 @@ fn through_the_rprof_command() {
     let rows = assert_complete_trace(&serialized);
     assert_eq!(overlaps(&rows), 0);
 }
+
+/// The JSON output parsed, with its dispatch count checked against the CSV
+/// rows and the Perfetto trace validated: a whole trace, not a torn one.
+fn assert_whole_outputs(run: &Run) -> (Vec<Row>, serde_json::Value) {
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.output("_results.json")).unwrap())
+            .unwrap_or_else(|e| {
+                panic!(
+                    "_results.json is not valid JSON ({e}); stderr:\n{}",
+                    run.stderr
+                )
+            });
+    assert_eq!(
+        json["metadata"]["dispatches"].as_u64(),
+        Some(rows.len() as u64)
+    );
+    assert_eq!(
+        json["kernel_dispatches"].as_array().map(Vec::len),
+        Some(rows.len())
+    );
+    let ids: HashSet<u64> = rows.iter().map(|r| r.correlation_id).collect();
+    assert_eq!(ids.len(), rows.len(), "correlation ids must be unique");
+    check_pftrace(&run.output(".pftrace"));
+    (rows, json)
+}
+
+/// `rprof: wrote PATH` lines of the command's report.
+fn reported_written(run: &Run) -> BTreeSet<String> {
+    run.stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("rprof: wrote "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn exit_while_other_threads_keep_launching_flushes_a_whole_trace() {
+    // Issue 12: main calls exit(0) while 3 threads keep launching kernels on
+    // their own queues. It used to stall 10 s and abort in ROCr 5.2.3's
+    // intercept queue (hidden ring overflow), leaving torn outputs that
+    // rprof reported as written.
+    let run = run_rprof("exit-busy", &[], &["exit_busy", "3", "200"]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(5),
+        "took {:?}; stderr:\n{}",
+        run.elapsed,
+        run.stderr
+    );
+    let launched: u64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("AT_EXIT_LAUNCHED "))
+        .unwrap_or_else(|| panic!("no AT_EXIT_LAUNCHED in:\n{}", run.stdout))
+        .trim()
+        .parse()
+        .unwrap();
+    let (rows, json) = assert_whole_outputs(&run);
+    // Everything written before the flush began is traced.
+    assert!(
+        rows.len() as u64 >= launched,
+        "{} rows, {launched} launched before exit",
+        rows.len()
+    );
+    assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
+    let written = reported_written(&run);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            written.contains(&p),
+            "{p} not reported; stderr:\n{}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("incomplete"), "{}", run.stderr);
+}
+
+#[test]
+fn a_queue_gated_on_a_later_host_signal_costs_one_stall_not_one_per_launch() {
+    // 100 kernels with app signals behind a barrier on a host signal that
+    // the thread opens after launching them: 96 fit under the ring guard
+    // (kernel + forwarding barrier each, 3/4 of 256 slots); the 97th waits
+    // once (1 s without progress), the last 3 pass through untraced at once.
+    let run = run_traced("gated", &["gated", "100"], Load::ToolsLib, &[]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let secs: f64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GATED_SECONDS "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(secs < 3.0, "the gated launches took {secs} s");
+    let (rows, json) = assert_whole_outputs(&run);
+    let lost = json["metadata"]["records_lost"].as_u64().unwrap();
+    assert_eq!(rows.len(), 96);
+    assert_eq!(lost, 4);
+}
+
+#[test]
+fn two_copies_of_the_tool_library_trace_once() {
+    let a = artifacts();
+    let copy_dir = a.runs.join("second-tool-copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    let copy = copy_dir.join("librprof_tool.so");
+    std::fs::copy(&a.tool, &copy).unwrap();
+    let both = format!("{} {}", a.tool.display(), copy.display());
+    let run = run_traced(
+        "two-tool-copies",
+        &["threads", "2", "30"],
+        Load::ToolsLib,
+        &[("HSA_TOOLS_LIB", &both)],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 60);
+    assert_whole_outputs(&run);
+    assert_eq!(
+        run.stderr.matches("already traces this process").count(),
+        1,
+        "stderr:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn files_the_process_could_not_finish_are_never_reported_as_written() {
+    // `_exit` skips every flush: the files exist but are unfinished.
+    let run = run_rprof("underscore-exit", &[], &["exit", "50", "_exit"]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    assert!(reported_written(&run).is_empty(), "stderr:\n{}", run.stderr);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            run.stderr.contains(&format!("rprof: {p} is incomplete")),
+            "{p} not reported incomplete; stderr:\n{}",
+            run.stderr
+        );
+    }
+}

@@ -33,12 +33,13 @@
 #![deny(missing_docs)]
 
 mod outputs;
-mod report;
 pub mod preload;
+mod report;
 mod rpc_wait;
 pub mod runtime;
 mod session;
 pub mod signals;
+pub mod single;
 
 use std::ffi::c_char;
 

@@ -129,7 +129,11 @@ fn run(cli: Cli) -> i32 {
     // The tool library reports each output file as finished or incomplete
     // through this pipe (tool/src/report.rs); only finished files are
     // reported as written.
-    let report = if plan.tracing { ReportPipe::new() } else { None };
+    let report = if plan.tracing {
+        ReportPipe::new()
+    } else {
+        None
+    };
     if let Some(r) = &report {
         child_env.push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
     }
@@ -293,10 +297,16 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
             // Written by the CSV and statistics sinks on the first doorbell
             // wake only: finished when their sink's main file is.
             if cfg.formats.csv {
-                rpc.push((cfg.output_path("_rpc_trace.csv"), cfg.output_path("_kernel_trace.csv")));
+                rpc.push((
+                    cfg.output_path("_rpc_trace.csv"),
+                    cfg.output_path("_kernel_trace.csv"),
+                ));
             }
             if cfg.stats {
-                rpc.push((cfg.output_path("_rpc_stats.csv"), cfg.output_path("_kernel_stats.csv")));
+                rpc.push((
+                    cfg.output_path("_rpc_stats.csv"),
+                    cfg.output_path("_kernel_stats.csv"),
+                ));
             }
         }
     }

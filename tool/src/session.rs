@@ -145,6 +145,19 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
+    // One tracer per process: another copy of this library (at another
+    // path) that already traces would write the same files.
+    if let Some(other) = crate::single::other_tracer() {
+        let me = crate::preload::own_library_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "this copy".into());
+        eprintln!(
+            "rprof: another rprof tool library ({}) already traces this process; {me} stays inactive",
+            other.display()
+        );
+        return true;
+    }
+    crate::single::claim();
     // SAFETY: the pointer `OnLoad` received.
     let rt = match unsafe { Runtime::from_tables(table) } {
         Ok(rt) => rt,
