@@ -595,3 +595,114 @@ fn files_the_process_could_not_finish_are_never_reported_as_written() {
         );
     }
 }
+
+#[test]
+fn each_bad_configuration_gives_one_clear_message_and_the_app_runs_untraced() {
+    // (variable, value, what the one message must name)
+    let cases: [(&str, &str, &str); 7] = [
+        ("RPROF_OUTPUT_FORMAT", "xml", "RPROF_OUTPUT_FORMAT"),
+        (
+            "RPROF_KERNEL_EXCLUDE_REGEX",
+            "[z-a]",
+            "RPROF_KERNEL_EXCLUDE_REGEX",
+        ),
+        (
+            "RPROF_OUTPUT_DIR",
+            "/proc/rprof-cannot-create-this",
+            "cannot create the output files",
+        ),
+        ("RPROF_SIGNAL_POOL_SIZE", "lots", "RPROF_SIGNAL_POOL_SIZE"),
+        ("RPROF_SIGNAL_POOL_SIZE", "0", "RPROF_SIGNAL_POOL_SIZE"),
+        (
+            "RPROF_COMPLETION_MAX_BACKOFF_US",
+            "1ms",
+            "RPROF_COMPLETION_MAX_BACKOFF_US",
+        ),
+        (
+            "RPROF_FORWARD_APP_SIGNAL",
+            "maybe",
+            "RPROF_FORWARD_APP_SIGNAL",
+        ),
+    ];
+    for (i, (var, value, names)) in cases.iter().enumerate() {
+        let run = run_traced(
+            &format!("bad-config-{i}"),
+            &["threads", "2", "10"],
+            Load::ToolsLib,
+            &[(var, value)],
+        );
+        assert_eq!(run.code, Some(0), "{var}={value}: {}", run.stderr);
+        assert_eq!(run.launched().1, 20, "{var}={value}");
+        let messages: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("rprof:"))
+            .collect();
+        assert_eq!(
+            messages.len(),
+            1,
+            "{var}={value}: one clear message: {messages:?}"
+        );
+        assert!(
+            messages[0].contains(names),
+            "{var}={value}: {}",
+            messages[0]
+        );
+        assert!(
+            messages[0].contains("untraced"),
+            "{var}={value}: {}",
+            messages[0]
+        );
+        assert!(!run.output("_kernel_trace.csv").exists(), "{var}={value}");
+        assert!(!run.output("_results.json").exists(), "{var}={value}");
+    }
+    // The app's own exit status is kept.
+    let failing = run_traced(
+        "bad-config-exit-code",
+        &["no-such-mode"],
+        Load::ToolsLib,
+        &[("RPROF_SIGNAL_POOL_SIZE", "lots")],
+    );
+    assert_eq!(failing.code, Some(1), "{}", failing.stderr);
+    assert!(failing.stderr.contains("RPROF_SIGNAL_POOL_SIZE"));
+}
+
+#[test]
+fn a_full_disk_leaves_the_app_running_and_the_files_reported_incomplete() {
+    // A 64 KiB tmpfs (mounting needs root, as in CI): the trace of 3 x 400
+    // dispatches does not fit.
+    let a = artifacts();
+    let mnt = a.runs.join("full-disk-mnt");
+    let _ = Command::new("umount").arg(&mnt).status();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .expect("run mount");
+    assert!(
+        st.success(),
+        "mounting a 64 KiB tmpfs at {} failed (needs root)",
+        mnt.display()
+    );
+    let dir = mnt.to_str().unwrap().to_string();
+    let run = run_traced(
+        "full-disk",
+        &["threads", "3", "400"],
+        Load::ToolsLib,
+        &[("RPROF_OUTPUT_DIR", &dir)],
+    );
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.launched().1, 1200);
+    // Every file that could not be finished is named, with the reason.
+    let incomplete: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" is incomplete: "))
+        .collect();
+    assert!(!incomplete.is_empty(), "stderr:\n{}", run.stderr);
+    for l in &incomplete {
+        assert!(l.contains("No space left on device"), "{l}");
+    }
+}

@@ -46,8 +46,6 @@ const COMPLETION_JOIN: Duration = Duration::from_secs(2);
 const WRITER_JOIN: Duration = Duration::from_secs(5);
 /// How long `hsa_queue_destroy` waits for the queue's traced dispatches.
 const QUEUE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default number of timestamp signals (memory signals: no driver events).
-const DEFAULT_POOL_SIZE: u32 = 4096;
 
 /// Everything a running trace needs, alive for the rest of the process.
 pub struct Session {
@@ -145,6 +143,13 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
+    let tuning = match crate::tuning::Tuning::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("rprof: configuration error: {e}; the application runs untraced");
+            return true;
+        }
+    };
     // One tracer per process: another copy of this library (at another
     // path) that already traces would write the same files.
     if let Some(other) = crate::single::other_tracer() {
@@ -179,11 +184,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
-    let pool_size = std::env::var("RPROF_SIGNAL_POOL_SIZE")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| (1..=1 << 20).contains(n))
-        .unwrap_or(DEFAULT_POOL_SIZE)
+    let pool_size = tuning
+        .pool_size
         // A serialized dispatch takes three signals at once.
         .max(if config.serialize_kernels { 3 } else { 1 });
     let pool = match SignalPool::new(
@@ -206,14 +208,11 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
         serialize: config.serialize_kernels,
-        host_forwarding: std::env::var("RPROF_FORWARD_APP_SIGNAL").is_ok_and(|v| v == "host"),
+        host_forwarding: tuning.host_forwarding,
         ..EngineOptions::default()
     };
-    if let Some(us) = std::env::var("RPROF_COMPLETION_MAX_BACKOFF_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        options.max_backoff = Duration::from_micros(us.clamp(1, 100_000));
+    if let Some(b) = tuning.max_backoff {
+        options.max_backoff = b;
     }
     let engine = Arc::new(Engine::new(options));
     let run = run_info();
@@ -228,8 +227,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         threads: Mutex::new(None),
         finished: AtomicBool::new(false),
         outputs: crate::report::output_files(&config),
-        verbose: std::env::var_os("RPROF_VERBOSE").is_some(),
-        passthrough: std::env::var("RPROF_INTERCEPT_PASSTHROUGH").is_ok_and(|v| v == "1"),
+        verbose: tuning.verbose,
+        passthrough: tuning.passthrough,
         markers: rt.amd.version.major_id >= 2,
     }));
     let threads = match start_threads(engine, RocrBackend::new(rt), sinks, kernels, run, agents) {
