@@ -1463,3 +1463,54 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     assert!(engine.writer_stalled());
     release.store(true, Ordering::SeqCst);
 }
+
+/// Counts `flush` calls and how many dispatches it had seen at each.
+struct FlushCounter(Arc<Mutex<(u64, Vec<u64>)>>);
+
+impl RecordSink for FlushCounter {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        self.0.lock().unwrap().0 += 1;
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut g = self.0.lock().unwrap();
+        let seen = g.0;
+        g.1.push(seen);
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    let state = Arc::new(Mutex::new((0u64, Vec::new())));
+    let (e, st) = (engine.clone(), state.clone());
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(FlushCounter(st))];
+        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+    });
+    // Records arrive, then nothing for a while: the process is killed
+    // later without a finish; they must be flushed meanwhile.
+    for i in 0..10u64 {
+        let rec = DispatchRecord {
+            dispatch_id: i + 1,
+            kernel_object: 1,
+            ..Default::default()
+        };
+        engine.records.push(Record::Dispatch(rec)).unwrap();
+    }
+    std::thread::sleep(writer::FLUSH_EVERY + Duration::from_millis(150));
+    let flushed_with_all = state.lock().unwrap().1.contains(&10);
+    engine.stop_writer();
+    writer.join().unwrap();
+    assert!(flushed_with_all, "flushes: {:?}", state.lock().unwrap().1);
+}

@@ -12,6 +12,9 @@ use crate::sink::{KernelInfo, RecordSink};
 /// when the record queue fills up).
 const WRITER_IDLE: Duration = Duration::from_millis(2);
 
+/// Longest time records handed to the sinks stay in their buffers.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
 /// Kernel names and the include/exclude verdict, as the writer needs them.
 pub trait KernelNames {
     /// Calls `f` with the names of the kernel at `kernel_object` and whether
@@ -85,9 +88,11 @@ impl<S: DispatchSignal> Engine<S> {
         let mut intercept_calls = 0u64;
         let mut intercept_ns = 0u64;
         let mut rpc_wakes = 0u64;
+        let mut dirty = false;
+        let mut last_flush = std::time::Instant::now();
         loop {
             let mut got = false;
-            while let Some(rec) = self.records.pop() {
+            for rec in std::iter::from_fn(|| self.records.pop()).take(4096) {
                 got = true;
                 self.writer_progress.fetch_add(1, Ordering::Release);
                 if self.writer_stalled.load(Ordering::Relaxed) {
@@ -132,6 +137,22 @@ impl<S: DispatchSignal> Engine<S> {
                         });
                     }
                 }
+            }
+            // Periodic flush: what reached the sinks is on disk within
+            // FLUSH_EVERY (a killed process leaves a readable prefix).
+            if got {
+                dirty = true;
+            }
+            if dirty && last_flush.elapsed() >= FLUSH_EVERY {
+                for (i, sink) in sinks.iter_mut().enumerate() {
+                    if !failed[i] {
+                        if let Err(e) = sink.flush() {
+                            report(i, &mut failed, "flush", e);
+                        }
+                    }
+                }
+                dirty = false;
+                last_flush = std::time::Instant::now();
             }
             if got {
                 continue;

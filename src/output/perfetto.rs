@@ -681,6 +681,13 @@ impl RecordSink for PerfettoSink {
         Ok(())
     }
 
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.state {
+            State::Started(s) => s.writer.flush(),
+            _ => Ok(()),
+        }
+    }
+
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
         let mut s = match std::mem::replace(&mut self.state, State::Finished) {
             State::Started(s) => s,

@@ -12,6 +12,8 @@
 //                   main calls exit(0) while they keep launching (prints LAUNCHED as of that moment)
 //   gated N         one queue: a barrier-AND on a host signal, then N kernels with an app signal each; only
 //                   then the host opens the gate and waits for the queue (prints GATED_SECONDS)
+//   signal N SIG MS N dispatches, a barrier waited for (all done), MS ms of sleep, then raise(SIG) (TERM, INT or
+//                   KILL) and sleep forever: the process ends however that signal ends it
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
 //                   serialized kernels in enqueue order would deadlock here.)
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <signal.h>
 #include <string.h>
 
 #include <atomic>
@@ -310,6 +313,25 @@ int main(int argc, char** argv) {
     CHECK(hsa_queue_destroy(q));
     CHECK(hsa_shut_down());
     return 0;
+  }
+  if (mode == "signal") {
+    int n = argc > 3 ? atoi(argv[3]) : 100;
+    std::string which = argc > 4 ? argv[4] : "TERM";
+    int ms = argc > 5 ? atoi(argv[5]) : 0;
+    int sig = which == "INT" ? SIGINT : which == "KILL" ? SIGKILL : SIGTERM;
+    hsa_queue_t* q = make_queue();
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    hsa_signal_t done;
+    CHECK(hsa_signal_create(1, 0, nullptr, &done));
+    barrier(q, done);
+    wait_zero(done);
+    report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    raise(sig);
+    for (;;) pause();
   }
   if (mode == "exit") {
     int n = argc > 3 ? atoi(argv[3]) : 500;

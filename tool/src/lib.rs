@@ -40,6 +40,7 @@ pub mod runtime;
 mod session;
 pub mod signals;
 pub mod single;
+mod terminate;
 mod tuning;
 
 use std::ffi::c_char;

@@ -269,6 +269,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         // A forked child has none of rprof's threads: it runs untraced.
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
+    // SIGTERM / SIGINT: flush, then end as the signal would have.
+    crate::terminate::install(flush_on_signal);
     true
 }
 
@@ -575,6 +577,14 @@ extern "C" fn in_forked_child() {
     if let Some(s) = session() {
         s.finished.store(true, Ordering::Release);
         s.engine.forked_child();
+        crate::terminate::in_forked_child();
+    }
+}
+
+/// The flush for SIGTERM / SIGINT (`terminate`), on rprof's signal thread.
+fn flush_on_signal(why: &str) {
+    if let Some(s) = session() {
+        s.finish(why, true);
     }
 }
 
