@@ -706,3 +706,48 @@ fn a_full_disk_leaves_the_app_running_and_the_files_reported_incomplete() {
         assert!(l.contains("No space left on device"), "{l}");
     }
 }
+
+#[test]
+fn sigterm_and_sigint_flush_the_trace_then_end_the_app_by_the_signal() {
+    for (sig, code) in [("TERM", 128 + 15), ("INT", 128 + 2)] {
+        let run = run_rprof(&format!("signal-{sig}"), &[], &["signal", "90", sig, "0"]);
+        // The app's usual end for that signal: killed by it (rprof passes
+        // 128 + N through).
+        assert_eq!(run.code, Some(code), "SIG{sig}: {}", run.stderr);
+        assert_eq!(run.launched().1, 90);
+        let (rows, json) = assert_whole_outputs(&run);
+        assert_eq!(rows.len(), 90, "SIG{sig}");
+        assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
+        let written = reported_written(&run);
+        for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+            let p = run.output(suffix).display().to_string();
+            assert!(
+                written.contains(&p),
+                "SIG{sig}: {p} not reported; {}",
+                run.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_leaves_a_readable_prefix_flushed_within_100_ms() {
+    // All 90 kernels finish, then 400 ms pass before SIGKILL: with the
+    // periodic flush (every 100 ms) every one of them is on disk.
+    let run = run_rprof("signal-KILL", &[], &["signal", "90", "KILL", "400"]);
+    assert_eq!(run.code, Some(128 + 9), "{}", run.stderr);
+    assert_eq!(run.launched().1, 90);
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    assert_eq!(rows.len(), 90);
+    check_pftrace(&run.output(".pftrace"));
+    // Unfinished files are never reported as written.
+    assert!(reported_written(&run).is_empty(), "{}", run.stderr);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            run.stderr.contains(&format!("rprof: {p} is incomplete")),
+            "{p}: {}",
+            run.stderr
+        );
+    }
+}
