@@ -1514,3 +1514,110 @@ fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
     writer.join().unwrap();
     assert!(flushed_with_all, "flushes: {:?}", state.lock().unwrap().1);
 }
+
+struct NullSink;
+
+impl RecordSink for NullSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Kernel names without allocating: one fixed name.
+struct StaticNames;
+
+impl KernelNames for StaticNames {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+        let info = KernelInfo {
+            kernel_id: kernel_object,
+            display_name: "k",
+            symbol_name: "k",
+        };
+        f(&info, true);
+    }
+}
+
+#[test]
+fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
+    const N: u64 = 100_000;
+    let signals = Signals::new();
+    let pool = Arc::new(FakePool::new(signals.clone(), 64));
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        pid: 9,
+        max_in_flight: 64,
+        record_queue: 1 << 16,
+        pool_wait: Duration::from_secs(20),
+        min_backoff: Duration::from_micros(20),
+        max_backoff: Duration::from_micros(200),
+        serialize: false,
+        host_forwarding: false,
+    }));
+    let device = Arc::new(FakeDevice {
+        ring: Mutex::new(VecDeque::with_capacity(4096)),
+        signals: signals.clone(),
+        stop: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        kernels: AtomicU64::new(0),
+        barriers: AtomicU64::new(0),
+        gates: AtomicU64::new(0),
+    });
+    let d = device.clone();
+    let device_thread = std::thread::spawn(move || d.run());
+    // The completion thread counts its own allocations from its start.
+    let (e, b) = (
+        engine.clone(),
+        FakeBackend {
+            signals: signals.clone(),
+        },
+    );
+    let completion = std::thread::spawn(move || allocations_in(|| e.run_completion(&b)));
+    let e = engine.clone();
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(NullSink)];
+        e.run_writer(&mut sinks, &mut StaticNames, &RunInfo::default(), &[])
+    });
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 256));
+    let submit = |i: u64| {
+        let app = if i % 3 == 0 { 3000 } else { 0 };
+        engine.intercept(&q, &[kernel_packet(1, app)], &*pool, |out| {
+            device.ring.lock().unwrap().extend(out.iter().copied());
+        });
+    };
+    // Warm-up: thread-local caches, the ring's capacity.
+    for i in 0..1000 {
+        submit(i);
+    }
+    let on_app_thread = allocations_in(|| {
+        for i in 0..N {
+            submit(i);
+        }
+    });
+    let left = engine.begin_shutdown(Duration::from_secs(20));
+    let in_completion = completion.join().unwrap();
+    device.stop.store(true, Ordering::SeqCst);
+    device_thread.join().unwrap();
+    engine.stop_writer();
+    let outcome = writer.join().unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(outcome.metadata.dispatches, N + 1000);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(
+        on_app_thread, 0,
+        "interceptor allocations over {N} dispatches"
+    );
+    // The completion thread allocates its tracking list once at start.
+    assert!(
+        in_completion <= 4,
+        "completion thread allocated {in_completion} times over {} dispatches",
+        N + 1000
+    );
+}
