@@ -188,6 +188,23 @@ impl<S: DispatchSignal> Engine<S> {
                 }
             }
             let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
+            if stopping
+                && self.records_closed.load(Ordering::Acquire)
+                && !self.keep_guard.load(Ordering::Acquire)
+            {
+                // The guard after the stop ended (the runtime shuts down):
+                // forget what is still tracked (unrecorded) and return.
+                for entry in tracked.drain(..) {
+                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+                    std::mem::forget(entry.signal);
+                    if let Some(g) = entry.serial {
+                        std::mem::forget(g.ready);
+                        std::mem::forget(g.gate);
+                    }
+                }
+                return;
+            }
             if stopping && !self.records_closed.load(Ordering::Acquire) {
                 // Everything published so far, including the newest entry.
                 while let Some(e) = self.pending.pop() {
@@ -268,7 +285,8 @@ impl<S: DispatchSignal> Engine<S> {
                     .sleep(SleepKind::Parked, PARK_TIMEOUT, || {
                         !self.pending.is_empty()
                             || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-                                && !self.records_closed.load(Ordering::Acquire))
+                                && (!self.records_closed.load(Ordering::Acquire)
+                                    || !self.keep_guard.load(Ordering::Acquire)))
                     });
                 sleep = min_sleep;
             } else if latency_bound {

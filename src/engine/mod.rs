@@ -516,6 +516,15 @@ impl<S: DispatchSignal> Engine<S> {
         self.records.len()
     }
 
+    /// Ends what [`Engine::keep_guard_after_stop`] started: the completion
+    /// thread forgets what it still tracks and returns, and interceptors
+    /// pass packets through untouched. Call before the runtime shuts down
+    /// (its signals go away with it).
+    pub fn stop_guard(&self) {
+        self.keep_guard.store(false, Ordering::Release);
+        self.completion_wake.notify();
+    }
+
     /// Whether the completion thread has settled every recorded dispatch
     /// after [`Engine::begin_shutdown`] (it has returned, or it only
     /// recycles unrecorded dispatches now).

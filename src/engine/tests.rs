@@ -1371,9 +1371,17 @@ fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching()
     assert_eq!(ids.len(), collected.dispatches.len());
     // Every recorded dispatch has its interceptor slice.
     assert_eq!(collected.intercepts.len(), collected.dispatches.len());
+    // The completion thread keeps recycling until the runtime shuts down,
+    // then returns when told to.
+    assert!(!h.threads[1].is_finished());
+    h.engine.stop_guard();
     h.device.stop.store(true, Ordering::SeqCst);
-    // The completion thread keeps recycling until the process ends.
-    std::mem::forget(std::mem::take(&mut h.threads));
+    for t in h.threads.drain(..) {
+        assert!(
+            join_within(t, Duration::from_secs(2)).is_some(),
+            "a thread did not stop"
+        );
+    }
 }
 
 /// A sink stuck in its first write (a FIFO nobody reads, a hung file

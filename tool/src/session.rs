@@ -62,6 +62,9 @@ pub struct Session {
     queues: Mutex<HashMap<usize, *const QueueState>>,
     threads: Mutex<Option<(JoinHandle<()>, JoinHandle<WriterOutcome>)>>,
     finished: AtomicBool,
+    /// The completion thread, still recycling for the ring guard after an
+    /// at-exit flush (see [`Session::end_guard`]).
+    guard_thread: Mutex<Option<JoinHandle<()>>>,
     /// The output files, in the order of the sinks.
     outputs: Vec<std::path::PathBuf>,
     verbose: bool,
@@ -226,6 +229,7 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         queues: Mutex::new(HashMap::new()),
         threads: Mutex::new(None),
         finished: AtomicBool::new(false),
+        guard_thread: Mutex::new(None),
         outputs: crate::report::output_files(&config),
         verbose: tuning.verbose,
         passthrough: tuning.passthrough,
@@ -500,7 +504,7 @@ impl Session {
                 while !self.engine.records_closed() && t.elapsed() < COMPLETION_JOIN {
                     std::thread::sleep(Duration::from_micros(200));
                 }
-                drop(completion);
+                *lock(&self.guard_thread) = Some(completion);
             } else if join_within(completion, COMPLETION_JOIN).is_none() {
                 eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
             }
@@ -559,10 +563,23 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Before the runtime shuts down after an at-exit flush (HIP and others
+    /// call `hsa_shut_down` from their own exit handlers): the completion
+    /// thread stops recycling, since the runtime's signals go away.
+    fn end_guard(&self) {
+        if let Some(t) = lock(&self.guard_thread).take() {
+            self.engine.stop_guard();
+            let _ = join_within(t, COMPLETION_JOIN);
+        }
+    }
+}
+
 /// `OnUnload`: the runtime is unloading rprof (inside `hsa_shut_down`).
 pub fn on_unload() {
     if let Some(s) = session() {
         s.finish("OnUnload", false);
+        s.end_guard();
     }
 }
 
@@ -625,6 +642,7 @@ unsafe extern "C" fn hook_shut_down() -> hsa_status_t {
         || {
             if s.init_depth.fetch_sub(1, Ordering::AcqRel) == 1 {
                 s.finish("hsa_shut_down", false);
+                s.end_guard();
             }
         },
     );
