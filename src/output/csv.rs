@@ -152,10 +152,14 @@ impl RecordSink for CsvSink {
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
-    fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         if let Some(w) = self.rpc.as_mut() {
             w.flush()?;
         }
         self.out.flush()
+    }
+
+    fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+        RecordSink::flush(self)
     }
 }

@@ -535,8 +535,9 @@ impl RecordSink for PerfettoSink {
         let s = self.started()?;
         let track = s.thread_track(rec.thread_id, rec.begin_ns)?;
         s.flow_ids.clear();
-        s.flow_ids
-            .extend((0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id + i));
+        s.flow_ids.extend(
+            (0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id.wrapping_add(i)),
+        );
         let a = s.args;
         let uint = |name, v: u64| Arg {
             name,
@@ -678,6 +679,13 @@ impl RecordSink for PerfettoSink {
         )?;
         s.last_ts = s.last_ts.max(r.serve_end_ns);
         Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.state {
+            State::Started(s) => s.writer.flush(),
+            _ => Ok(()),
+        }
     }
 
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {

@@ -118,6 +118,17 @@ fn run(cli: Cli) -> i32 {
         }
     }
 
+    // The tool library reports each output file as finished or incomplete
+    // through this pipe (tool/src/report.rs); only finished files are
+    // reported as written.
+    let report = if plan.tracing {
+        ReportPipe::new()
+    } else {
+        None
+    };
+    if let Some(r) = &report {
+        child_env.push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
+    }
     let mut cmd = Command::new(&cli.app[0]);
     cmd.args(&cli.app[1..]);
     for k in &remove {
@@ -126,7 +137,9 @@ fn run(cli: Cli) -> i32 {
     for (k, v) in &child_env {
         cmd.env(k, v);
     }
-    let mut child = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    let report = report.map(ReportPipe::close_write_end);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!(
@@ -152,7 +165,8 @@ fn run(cli: Cli) -> i32 {
         }
     };
     if plan.tracing {
-        report_outputs(&plan, child_pid);
+        let lines = report.map(|r| r.read_all()).unwrap_or_default();
+        report_outputs(&plan, child_pid, &lines);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -173,47 +187,146 @@ fn child_env_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> {
     }
 }
 
-/// Prints the files the child's tool library wrote.
-fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
+/// The variable naming the report pipe (same as in `tool/src/report.rs`).
+const REPORT_FD_VAR: &str = "RPROF_REPORT_FD";
+
+/// The pipe through which traced processes report their output files.
+struct ReportPipe {
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+}
+
+impl ReportPipe {
+    /// A pipe whose write end the child inherits (the read end is
+    /// close-on-exec and non-blocking).
+    fn new() -> Option<Self> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: fcntl on descriptors just created: the write end is
+        // inherited across exec, the read end never blocks.
+        unsafe {
+            libc::fcntl(fds[1], libc::F_SETFD, 0);
+            libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK);
+        }
+        Some(ReportPipe {
+            read_fd: fds[0],
+            write_fd: fds[1],
+        })
+    }
+
+    /// Closes rprof's copy of the write end (the child has its own).
+    fn close_write_end(self) -> Self {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.write_fd) };
+        ReportPipe {
+            write_fd: -1,
+            ..self
+        }
+    }
+
+    /// Everything reported so far, one entry per line.
+    fn read_all(self) -> Vec<String> {
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a local buffer from our own descriptor.
+            let n = unsafe { libc::read(self.read_fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n as usize]);
+        }
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.read_fd) };
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Prints the files the traced processes finished, and names the ones
+/// that exist but were not finished. `lines` is what the tool libraries
+/// reported (`done\tPATH` / `incomplete\tPATH\tREASON`).
+fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
+    let mut done: Vec<PathBuf> = Vec::new();
+    let mut incomplete: Vec<(PathBuf, String)> = Vec::new();
+    for line in lines {
+        let mut parts = line.splitn(3, '\t');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("done"), Some(p), _) => done.push(PathBuf::from(p)),
+            (Some("incomplete"), Some(p), why) => {
+                incomplete.push((PathBuf::from(p), why.unwrap_or("").to_string()))
+            }
+            _ => {}
+        }
+    }
     let lookup = child_env_lookup(plan);
     let facts = ProcessFacts {
         pid: child_pid,
         ppid: std::process::id(),
         hostname: rprof_core::config::hostname(),
     };
-    let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) else {
-        return;
-    };
-    let mut wanted = Vec::new();
-    if cfg.formats.pftrace {
-        wanted.push(cfg.output_path(".pftrace"));
-    }
-    if cfg.formats.csv {
-        wanted.push(cfg.output_path("_kernel_trace.csv"));
-    }
-    if cfg.formats.json {
-        wanted.push(cfg.output_path("_results.json"));
-    }
-    if cfg.stats {
-        wanted.push(cfg.output_path("_kernel_stats.csv"));
-    }
-    if cfg.rpc_trace {
-        // Written on the first doorbell wake only.
+    let mut expected = Vec::new();
+    let mut rpc = Vec::new();
+    if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
+        if cfg.formats.pftrace {
+            expected.push(cfg.output_path(".pftrace"));
+        }
         if cfg.formats.csv {
-            wanted.push(cfg.output_path("_rpc_trace.csv"));
+            expected.push(cfg.output_path("_kernel_trace.csv"));
+        }
+        if cfg.formats.json {
+            expected.push(cfg.output_path("_results.json"));
         }
         if cfg.stats {
-            wanted.push(cfg.output_path("_rpc_stats.csv"));
+            expected.push(cfg.output_path("_kernel_stats.csv"));
+        }
+        if cfg.rpc_trace {
+            // Written by the CSV and statistics sinks on the first doorbell
+            // wake only: finished when their sink's main file is.
+            if cfg.formats.csv {
+                rpc.push((
+                    cfg.output_path("_rpc_trace.csv"),
+                    cfg.output_path("_kernel_trace.csv"),
+                ));
+            }
+            if cfg.stats {
+                rpc.push((
+                    cfg.output_path("_rpc_stats.csv"),
+                    cfg.output_path("_kernel_stats.csv"),
+                ));
+            }
         }
     }
-    let mut any = false;
-    for p in wanted {
-        if p.exists() {
+    let mut seen = std::collections::HashSet::new();
+    for p in &done {
+        if seen.insert(p.clone()) {
             eprintln!("rprof: wrote {}", p.display());
-            any = true;
         }
     }
-    if !any {
+    for (p, main) in &rpc {
+        if done.contains(main) && p.exists() && seen.insert(p.clone()) {
+            eprintln!("rprof: wrote {}", p.display());
+        }
+    }
+    for (p, why) in &incomplete {
+        if seen.insert(p.clone()) {
+            eprintln!("rprof: {} is incomplete: {why}", p.display());
+        }
+    }
+    for p in &expected {
+        if p.exists() && seen.insert(p.clone()) {
+            eprintln!(
+                "rprof: {} is incomplete: process {child_pid} ended before rprof could finish it (killed, or _exit)",
+                p.display()
+            );
+        }
+    }
+    if seen.is_empty() {
         eprintln!(
             "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
         );
