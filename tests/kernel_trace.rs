@@ -7,7 +7,9 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::process::Command;
 
-use support::{artifacts, check_pftrace, read_csv, run_rprof, run_traced, Load, Row, Run};
+use support::{
+    artifacts, check_pftrace, read_csv, run_rprof, run_rprof_into, run_traced, Load, Row, Run,
+};
 
 /// Grid size the program uses for each kernel.
 fn grid_of(name: &str) -> u64 {
@@ -453,6 +455,38 @@ fn through_the_rprof_command() {
     );
     let rows = assert_complete_trace(&serialized);
     assert_eq!(overlaps(&rows), 0);
+}
+
+/// A second run under a name an earlier run took is refused (outputs are
+/// never overwritten), the earlier run's files stay as they were, and the
+/// command reports none of them as this run's: neither "wrote" nor
+/// "incomplete" (it did both before).
+#[test]
+fn a_taken_output_name_leaves_the_earlier_files_alone_and_unreported() {
+    let first = run_rprof("rprof-cli-taken", &[], &["threads", "2", "10"]);
+    assert_eq!(assert_complete_trace(&first).len(), 20);
+    let csv = first.output("_kernel_trace.csv");
+    let before = std::fs::read(&csv).unwrap();
+    let second = run_rprof_into("rprof-cli-taken", &[], &["threads", "3", "10"]);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
+    assert!(
+        second.stderr.contains("already exists"),
+        "{}",
+        second.stderr
+    );
+    for word in ["rprof: wrote", "is incomplete"] {
+        assert!(
+            !second.stderr.contains(word),
+            "the earlier run's files reported as this run's:\n{}",
+            second.stderr
+        );
+    }
+    assert!(
+        second.stderr.contains("belong to an earlier run"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(std::fs::read(&csv).unwrap(), before);
 }
 
 /// The JSON output parsed, with its dispatch count checked against the CSV

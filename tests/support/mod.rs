@@ -387,9 +387,16 @@ pub fn check_pftrace(trace: &Path) -> String {
 /// loader variables (the command sets up the tool library and the emulated
 /// GPU itself).
 pub fn run_rprof(label: &str, extra: &[&str], args: &[&str]) -> Run {
+    let dir = artifacts().runs.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    run_rprof_into(label, extra, args)
+}
+
+/// As [`run_rprof`], into the run directory `label` as it is (an earlier
+/// run's files stay).
+pub fn run_rprof_into(label: &str, extra: &[&str], args: &[&str]) -> Run {
     let a = artifacts();
     let dir = a.runs.join(label);
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = a.runtime.command(&a.rprof, &[]);
     cmd.args([

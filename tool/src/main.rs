@@ -157,6 +157,15 @@ fn run(cli: Cli) -> i32 {
     // reports. Ignored only after the spawn, since SIG_IGN survives exec.
     ignore_interactive_signals();
     let child_pid = child.id();
+    // Outputs are created O_EXCL, so a file already at an output path when
+    // the app starts belongs to an earlier run (this run refuses that name):
+    // it is never reported as this run's, written or incomplete. Taken right
+    // after the spawn, long before the child's runtime opens anything.
+    let earlier_files = if plan.tracing {
+        existing_identities(&expected_outputs(&plan, child_pid).0)
+    } else {
+        Vec::new()
+    };
     let status = match child.wait() {
         Ok(s) => s,
         Err(e) => {
@@ -166,7 +175,7 @@ fn run(cli: Cli) -> i32 {
     };
     if plan.tracing {
         let lines = report.map(|r| r.read_all()).unwrap_or_default();
-        report_outputs(&plan, child_pid, &lines);
+        report_outputs(&plan, child_pid, &lines, &earlier_files);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -248,22 +257,10 @@ impl ReportPipe {
     }
 }
 
-/// Prints the files the traced processes finished, and names the ones
-/// that exist but were not finished. `lines` is what the tool libraries
-/// reported (`done\tPATH` / `incomplete\tPATH\tREASON`).
-fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
-    let mut done: Vec<PathBuf> = Vec::new();
-    let mut incomplete: Vec<(PathBuf, String)> = Vec::new();
-    for line in lines {
-        let mut parts = line.splitn(3, '\t');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("done"), Some(p), _) => done.push(PathBuf::from(p)),
-            (Some("incomplete"), Some(p), why) => {
-                incomplete.push((PathBuf::from(p), why.unwrap_or("").to_string()))
-            }
-            _ => {}
-        }
-    }
+/// The output files a traced process with this pid would write, and the
+/// RPC files with the main file of their sink (written only on the first
+/// doorbell wake, so finished when that file is).
+fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>) {
     let lookup = child_env_lookup(plan);
     let facts = ProcessFacts {
         pid: child_pid,
@@ -286,8 +283,6 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
             expected.push(cfg.output_path("_kernel_stats.csv"));
         }
         if cfg.rpc_trace {
-            // Written by the CSV and statistics sinks on the first doorbell
-            // wake only: finished when their sink's main file is.
             if cfg.formats.csv {
                 rpc.push((
                     cfg.output_path("_rpc_trace.csv"),
@@ -302,6 +297,43 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
             }
         }
     }
+    (expected, rpc)
+}
+
+/// (device, inode) of each of `paths` that exists now (symlinks not followed).
+fn existing_identities(paths: &[PathBuf]) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
+}
+
+/// Prints the files the traced processes finished, and names the ones
+/// that exist but were not finished. `lines` is what the tool libraries
+/// reported (`done\tPATH` / `incomplete\tPATH\tREASON`); `earlier` holds the
+/// identities of files that were at an output path before the app started
+/// (an earlier run's, never this run's).
+fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String], earlier: &[(u64, u64)]) {
+    let mut done: Vec<PathBuf> = Vec::new();
+    let mut incomplete: Vec<(PathBuf, String)> = Vec::new();
+    for line in lines {
+        let mut parts = line.splitn(3, '\t');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("done"), Some(p), _) => done.push(PathBuf::from(p)),
+            (Some("incomplete"), Some(p), why) => {
+                incomplete.push((PathBuf::from(p), why.unwrap_or("").to_string()))
+            }
+            _ => {}
+        }
+    }
+    let (expected, rpc) = expected_outputs(plan, child_pid);
+    let from_earlier_run = |p: &PathBuf| {
+        existing_identities(std::slice::from_ref(p))
+            .first()
+            .is_some_and(|id| earlier.contains(id))
+    };
     let mut seen = std::collections::HashSet::new();
     for p in &done {
         if seen.insert(p.clone()) {
@@ -319,7 +351,7 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
         }
     }
     for p in &expected {
-        if p.exists() && seen.insert(p.clone()) {
+        if p.exists() && !from_earlier_run(p) && seen.insert(p.clone()) {
             eprintln!(
                 "rprof: {} is incomplete: process {child_pid} ended before rprof could finish it (killed, or _exit)",
                 p.display()
@@ -327,9 +359,15 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String]) {
         }
     }
     if seen.is_empty() {
-        eprintln!(
-            "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
-        );
+        if expected.iter().any(from_earlier_run) {
+            eprintln!(
+                "rprof: no trace was written for process {child_pid}: its output names belong to an earlier run"
+            );
+        } else {
+            eprintln!(
+                "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
+            );
+        }
     }
 }
 
