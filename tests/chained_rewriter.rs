@@ -34,6 +34,10 @@
 //! (`tests/hip_support`). Needs `cargo build --workspace` first (as the HIP
 //! tests do).
 
+// Both harnesses include `tests/rocm_runtime` by path: each keeps its own
+// copy here, as in its own test binaries (same selection, same roots).
+#![allow(clippy::duplicate_mod)]
+
 mod hip_support;
 mod support;
 
@@ -82,12 +86,20 @@ fn assert_chain(chain: &ChainReport, dispatches: u64) {
         Runtime::Rocm52 => ("single", 0),
         Runtime::Rocm61 | Runtime::Rocm64 => ("markers", dispatches),
     };
-    assert_eq!(chain.mode, mode, "chain tool mode on {:?}", Runtime::selected());
+    assert_eq!(
+        chain.mode,
+        mode,
+        "chain tool mode on {:?}",
+        Runtime::selected()
+    );
     assert_eq!(
         chain.kernels, dispatches,
         "kernels the chain tool rewrote vs dispatches in the trace"
     );
-    assert_eq!(chain.misplaced, 0, "intercept markers not on their kernel: {chain:?}");
+    assert_eq!(
+        chain.misplaced, 0,
+        "intercept markers not on their kernel: {chain:?}"
+    );
     assert_eq!(chain.markers_checked, markers, "markers checked: {chain:?}");
 }
 
@@ -95,7 +107,10 @@ fn assert_chain(chain: &ChainReport, dispatches: u64) {
 fn overlaps(rows: &[CsvDispatch]) -> usize {
     let mut per_agent: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for r in rows {
-        per_agent.entry(r.agent_id).or_default().push((r.start, r.end));
+        per_agent
+            .entry(r.agent_id)
+            .or_default()
+            .push((r.start, r.end));
     }
     let mut n = 0;
     for spans in per_agent.values_mut() {
@@ -184,7 +199,11 @@ fn trace_app_threads_behind_a_rewriter() {
 fn trace_app_threads_behind_a_rewriter_serialized() {
     let rows = trace_app_chained("chain-threads-serialized", &["threads", "4", "50"], true);
     assert_eq!(rows.len(), 200);
-    assert_eq!(overlaps(&rows), 0, "overlapping dispatches under serialization");
+    assert_eq!(
+        overlaps(&rows),
+        0,
+        "overlapping dispatches under serialization"
+    );
 }
 
 /// Cross-queue dependencies enqueued backwards, serialized behind the
@@ -193,7 +212,11 @@ fn trace_app_threads_behind_a_rewriter_serialized() {
 fn trace_app_crossdep_behind_a_rewriter_serialized() {
     let rows = trace_app_chained("chain-crossdep-serialized", &["crossdep", "20"], true);
     assert_eq!(rows.len(), 40);
-    assert_eq!(overlaps(&rows), 0, "overlapping dispatches under serialization");
+    assert_eq!(
+        overlaps(&rows),
+        0,
+        "overlapping dispatches under serialization"
+    );
 }
 
 /// `hip-tests/graph_storm 64 20` (64 kernels captured into a graph, launched
@@ -233,5 +256,9 @@ fn hip_graph_behind_a_rewriter() {
 #[test]
 fn hip_graph_behind_a_rewriter_serialized() {
     let rows = graph_storm_chained("chain-graph_storm-serialized", true);
-    assert_eq!(overlaps(&rows), 0, "overlapping dispatches under serialization");
+    assert_eq!(
+        overlaps(&rows),
+        0,
+        "overlapping dispatches under serialization"
+    );
 }
