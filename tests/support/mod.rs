@@ -161,6 +161,42 @@ pub fn artifacts() -> &'static Artifacts {
     })
 }
 
+/// `tests/programs/chain_tool.cpp` (a second HSA tool rewriting packets in
+/// front of rprof), built once per test binary inside the selected
+/// runtime's root with its `g++` and HSA headers, which pick the chain
+/// tool's mode (intercept markers and two writer calls per kernel on
+/// ROCr >= 6, one writer call on 5.2.3). Needs no tool build: the HIP
+/// harness uses it too.
+pub fn chain_tool() -> &'static Path {
+    static CHAIN: OnceLock<PathBuf> = OnceLock::new();
+    CHAIN.get_or_init(|| {
+        let runtime = Runtime::selected();
+        let bin = runtime.build_dir(
+            &rocm_runtime::target_dir().join("kernel-trace-tests"),
+            "programs",
+        );
+        let lib = bin.join("chain_tool.so");
+        run_checked(
+            runtime
+                .tool("g++")
+                .args([
+                    "-std=c++17",
+                    "-O1",
+                    "-shared",
+                    "-fPIC",
+                    "-DAMD_INTERNAL_BUILD",
+                    "-I/usr/include/hsa",
+                    "-o",
+                ])
+                .arg(&lib)
+                .arg(rocm_runtime::repo().join("tests/programs/chain_tool.cpp"))
+                .arg("-ldl"),
+            &format!("g++ of ROCm {} (chain_tool)", runtime.version()),
+        );
+        lib
+    })
+}
+
 /// How the tool gets into the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
