@@ -186,16 +186,20 @@ fn id_of(flag: &str, name: &str) -> u32 {
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
-/// `None` when not root (the users cannot be made).
-fn accounts() -> Option<&'static Accounts> {
-    static ACCOUNTS: OnceLock<Option<Accounts>> = OnceLock::new();
+/// The two users and their group, made on first use. Only root can make
+/// them: elsewhere the two-user tests fail with that reason (CI runs them as
+/// root), never pass without checking anything.
+fn accounts() -> &'static Accounts {
+    static ACCOUNTS: OnceLock<Accounts> = OnceLock::new();
     ACCOUNTS
         .get_or_init(|| {
             // SAFETY: geteuid has no preconditions.
-            if unsafe { libc::geteuid() } != 0 {
-                eprintln!("security: not root, so the two-user attack tests check nothing (CI runs them as root)");
-                return None;
-            }
+            let euid = unsafe { libc::geteuid() };
+            assert!(
+                euid == 0,
+                "the two-user attack tests must run as root, to create the users {VICTIM} and {ATTACKER} \
+                 (CI runs them as root)"
+            );
             if Command::new("getent").args(["group", GROUP]).output().map(|o| !o.status.success()).unwrap_or(true) {
                 run_ok(Command::new("groupadd").arg(GROUP), "groupadd");
             }
@@ -222,14 +226,13 @@ fn accounts() -> Option<&'static Accounts> {
             .unwrap();
             let dropto = dir.join("dropto");
             run_ok(Command::new("gcc").arg("-O").arg(&src).arg("-o").arg(&dropto), "gcc dropto");
-            Some(Accounts {
+            Accounts {
                 victim: (id_of("-u", VICTIM), id_of("-g", VICTIM)),
                 attacker: (id_of("-u", ATTACKER), id_of("-g", ATTACKER)),
                 group: id_of_group(),
                 dropto,
-            })
+            }
         })
-        .as_ref()
 }
 
 fn id_of_group() -> u32 {
@@ -276,7 +279,7 @@ fn victim_rprofs() -> Vec<PathBuf> {
 
 #[test]
 fn planted_library_directory_is_never_loaded() {
-    let Some(acc) = accounts() else { return };
+    let acc = accounts();
     let lab = scratch("planted-lib");
     let marker_dir = lab.join("markers");
     std::fs::create_dir(&marker_dir).unwrap();
@@ -389,7 +392,7 @@ fn planted_library_directory_is_never_loaded() {
 
 #[test]
 fn planted_symlink_output_is_refused() {
-    let Some(acc) = accounts() else { return };
+    let acc = accounts();
     let lab = scratch("planted-link");
     // The victim's private file, in a directory only the victim can enter.
     let home = lab.join("victim-home");
