@@ -39,7 +39,7 @@
 
 mod outputs;
 pub mod preload;
-mod report;
+pub mod report;
 mod rpc_wait;
 pub mod runtime;
 mod session;

@@ -19,6 +19,7 @@ use std::process::Command;
 
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
+use rprof_tool::report::REPORT_FD_VAR;
 
 use cli::{Cli, Command as CliCommand, Device, LaunchPlan};
 
@@ -196,9 +197,6 @@ fn child_env_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> {
     }
 }
 
-/// The variable naming the report pipe (same as in `tool/src/report.rs`).
-const REPORT_FD_VAR: &str = "RPROF_REPORT_FD";
-
 /// The pipe through which traced processes report their output files.
 struct ReportPipe {
     read_fd: libc::c_int,
@@ -270,18 +268,7 @@ fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(Pa
     let mut expected = Vec::new();
     let mut rpc = Vec::new();
     if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
-        if cfg.formats.pftrace {
-            expected.push(cfg.output_path(".pftrace"));
-        }
-        if cfg.formats.csv {
-            expected.push(cfg.output_path("_kernel_trace.csv"));
-        }
-        if cfg.formats.json {
-            expected.push(cfg.output_path("_results.json"));
-        }
-        if cfg.stats {
-            expected.push(cfg.output_path("_kernel_stats.csv"));
-        }
+        expected = rprof_tool::report::output_files(&cfg);
         if cfg.rpc_trace {
             if cfg.formats.csv {
                 rpc.push((
