@@ -86,7 +86,7 @@ fn chain_report(stdout: &str) -> ChainReport {
 fn assert_chain(chain: &ChainReport, dispatches: u64) {
     let (mode, markers) = match Runtime::selected() {
         Runtime::Rocm52 => ("single", 0),
-        Runtime::Rocm61 | Runtime::Rocm64 => ("markers", dispatches),
+        Runtime::Rocm61 | Runtime::Rocm64 | Runtime::Rocm70 => ("markers", dispatches),
     };
     assert_eq!(
         chain.mode,
@@ -247,7 +247,7 @@ fn trace_app_crossdep_behind_a_rewriter_serialized() {
 fn graph_launches() -> u64 {
     match Runtime::selected() {
         Runtime::Rocm52 => 2,
-        Runtime::Rocm61 | Runtime::Rocm64 => 80,
+        Runtime::Rocm61 | Runtime::Rocm64 | Runtime::Rocm70 => 80,
     }
 }
 

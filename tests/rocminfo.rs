@@ -95,7 +95,7 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
     let runtime = Runtime::selected();
     let dir = fresh_dir("rocminfo");
     let mut cmd = match runtime {
-        Runtime::Rocm64 => {
+        Runtime::Rocm64 | Runtime::Rocm70 => {
             let mut c = runtime.command(rprof(), &[]);
             c.args(["--device", "emulated", "--", "rocminfo"]);
             c
@@ -115,7 +115,7 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
                 ("gfx908", "Emulated AMD Instinct MI100", 120),
             ],
         ),
-        Runtime::Rocm61 | Runtime::Rocm64 => (
+        Runtime::Rocm61 | Runtime::Rocm64 | Runtime::Rocm70 => (
             "gfx90a,gfx942",
             vec![
                 ("gfx90a", "Emulated AMD Instinct MI210", 104),
@@ -145,8 +145,8 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
             isas: vec![format!("amdgcn-amd-amdhsa--{gfx}:sramecc-:xnack-")],
         });
     }
-    // ROCr 6.4.3 also lists gfx942's generic ISA.
-    if runtime == Runtime::Rocm64 {
+    // ROCr 6.4.3 and 7.0 also list gfx942's generic ISA.
+    if matches!(runtime, Runtime::Rocm64 | Runtime::Rocm70) {
         expected[2]
             .isas
             .push("amdgcn-amd-amdhsa--gfx9-4-generic:sramecc-:xnack-".into());
