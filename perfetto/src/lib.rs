@@ -68,7 +68,10 @@ pub mod protos {
     include!("generated/perfetto.protos.rs");
 }
 
+mod read;
 mod writer;
+
+pub use read::decode_trace;
 
 /// The `prost` the [`protos`] types are built with: decode a trace with
 /// `protos::Trace::decode` after `use rprof_perfetto::prost::Message`
@@ -83,5 +86,6 @@ pub use protos::track_descriptor::ChildTracksOrdering;
 pub use protos::track_descriptor::SiblingMergeBehavior;
 pub use writer::{
     AnnotationNameId, Arg, ArgValue, ClockReadings, CounterTrack, CounterValue, CustomTrack,
-    EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, SEQUENCE_ID,
+    EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, WriterOptions,
+    COMPRESS_CHUNK_BYTES, DELTA_CLOCK_ID, REORDER_WINDOW, SEQUENCE_ID,
 };
