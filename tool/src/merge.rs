@@ -14,7 +14,11 @@
 //! The rewrite works on the wire format (the sequence id, and the uuid fields
 //! of track descriptors, track events and packet defaults) and copies every
 //! other byte unchanged, so packets from other producers and fields outside
-//! rprof's schema subset survive.
+//! rprof's schema subset survive. A `compressed_packets` bundle (rprof's
+//! default encoding) is inflated and its packets are rewritten one by one
+//! (the output is not recompressed). Delta timestamps need no rewrite: their
+//! clock (id 64..127) and the defaults naming it are scoped to the sequence,
+//! which is renumbered as a whole.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,6 +29,24 @@ use std::path::Path;
 const SEQUENCE_ID_FIELD: u64 = 10;
 /// `Trace.packet`.
 const PACKET_FIELD: u64 = 1;
+/// `TracePacket.compressed_packets`: zlib-deflated `Trace.packet` frames.
+const COMPRESSED_PACKETS_FIELD: u64 = 50;
+
+/// The packets inside `packet` if it is a `compressed_packets` bundle (its
+/// only field, as rprof and Perfetto's service write it).
+fn inflate_bundle(packet: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let mut pos = 0;
+    if packet.is_empty() || varint_from(packet, &mut pos)? != (COMPRESSED_PACKETS_FIELD << 3 | 2) {
+        return Ok(None);
+    }
+    let len = varint_from(packet, &mut pos)? as usize;
+    let data = packet.get(pos..pos + len).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, "truncated compressed_packets")
+    })?;
+    let mut inner = Vec::new();
+    flate2::read::ZlibDecoder::new(data).read_to_end(&mut inner)?;
+    Ok(Some(inner))
+}
 
 /// Counts of what a merge wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -216,7 +238,6 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
             })?;
             packet.resize(len as usize, 0);
             r.read_exact(&mut packet).map_err(with_name)?;
-            rewritten.clear();
             let mut sequence = |old: u64| {
                 *seen.entry(old).or_insert_with(|| {
                     let id = next_sequence;
@@ -228,14 +249,38 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
                 sequence: &mut sequence,
                 uuid_salt,
             };
-            rewrite_message(Message::Packet, &packet, &mut rewritten, &mut renumber)
-                .map_err(with_name)?;
-            frame.clear();
-            put_varint(&mut frame, PACKET_FIELD << 3 | 2);
-            put_varint(&mut frame, rewritten.len() as u64);
-            out.write_all(&frame)?;
-            out.write_all(&rewritten)?;
-            summary.packets += 1;
+            let mut write = |p: &[u8]| -> io::Result<()> {
+                rewritten.clear();
+                rewrite_message(Message::Packet, p, &mut rewritten, &mut renumber)?;
+                frame.clear();
+                put_varint(&mut frame, PACKET_FIELD << 3 | 2);
+                put_varint(&mut frame, rewritten.len() as u64);
+                out.write_all(&frame)?;
+                out.write_all(&rewritten)?;
+                summary.packets += 1;
+                Ok(())
+            };
+            match inflate_bundle(&packet).map_err(with_name)? {
+                None => write(&packet).map_err(with_name)?,
+                Some(inner) => {
+                    let mut pos = 0;
+                    while pos < inner.len() {
+                        let bad = || {
+                            with_name(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "bad packet frame in compressed_packets",
+                            ))
+                        };
+                        if varint_from(&inner, &mut pos)? != (PACKET_FIELD << 3 | 2) {
+                            return Err(bad());
+                        }
+                        let len = varint_from(&inner, &mut pos)? as usize;
+                        let p = inner.get(pos..pos + len).ok_or_else(bad)?;
+                        write(p).map_err(with_name)?;
+                        pos += len;
+                    }
+                }
+            }
         }
     }
     out.flush()?;
@@ -329,6 +374,35 @@ mod tests {
         std::fs::write(&b, b"garbage").unwrap();
         let err = merge(&[&a, &b], &o).unwrap_err();
         assert!(err.to_string().contains("b.pftrace"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `compressed_packets` bundle merges like its packets written plainly.
+    #[test]
+    fn inflates_compressed_bundles() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("rprof-merge-z-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let packets = [
+            descriptor(1, 5, 4),
+            packet(&[(8, 100), (10, 1)], &[(9, 1), (11, 5)]),
+        ];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&file(&packets)).unwrap();
+        let z = z.finish().unwrap();
+        let mut bundle = Vec::new();
+        put_varint(&mut bundle, COMPRESSED_PACKETS_FIELD << 3 | 2);
+        put_varint(&mut bundle, z.len() as u64);
+        bundle.extend_from_slice(&z);
+        let (plain, packed) = (dir.join("plain.pftrace"), dir.join("packed.pftrace"));
+        let (o1, o2) = (dir.join("o1.pftrace"), dir.join("o2.pftrace"));
+        std::fs::write(&plain, file(&packets)).unwrap();
+        std::fs::write(&packed, file(&[bundle])).unwrap();
+        let s1 = merge(&[&plain, &plain], &o1).unwrap();
+        let s2 = merge(&[&packed, &packed], &o2).unwrap();
+        assert_eq!(s1, s2);
+        assert_eq!(s2.packets, 4);
+        assert_eq!(std::fs::read(&o1).unwrap(), std::fs::read(&o2).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
