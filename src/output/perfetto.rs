@@ -34,8 +34,11 @@ use std::path::Path;
 use rprof_perfetto::{
     AnnotationNameId, Arg, ArgValue, ChildTracksOrdering, ClockReadings, CounterTrack, CounterUnit,
     CounterValue, CustomTrack, EventNameId, ProcessTrack, SiblingMergeBehavior, Slice,
-    StringValueId, ThreadTrack, TraceWriter, WriterOptions,
+    StringValueId, ThreadTrack, TraceWriter,
 };
+
+/// How the trace is encoded ([`PerfettoOptions::encoding`]).
+pub use rprof_perfetto::WriterOptions;
 
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};

@@ -5,7 +5,7 @@ use std::io;
 use rprof_core::config::{ensure_parent, TraceConfig};
 use rprof_core::output::csv::CsvSink;
 use rprof_core::output::json::JsonSink;
-use rprof_core::output::perfetto::PerfettoSink;
+use rprof_core::output::perfetto::{PerfettoOptions, PerfettoSink, WriterOptions};
 use rprof_core::output::stats::StatsSink;
 use rprof_core::sink::RecordSink;
 
@@ -19,7 +19,19 @@ pub fn open_outputs(config: &TraceConfig) -> io::Result<Vec<Box<dyn RecordSink +
         Ok(p)
     };
     if config.formats.pftrace {
-        sinks.push(Box::new(PerfettoSink::create(&path(".pftrace")?)?));
+        // RPROF_PFTRACE_ENCODING=plain: absolute timestamps, no compression
+        // (each packet readable on its own; about 3x larger).
+        let encoding = match std::env::var("RPROF_PFTRACE_ENCODING").as_deref() {
+            Ok("plain") => WriterOptions::plain(),
+            _ => WriterOptions::default(),
+        };
+        sinks.push(Box::new(PerfettoSink::with_options(
+            &path(".pftrace")?,
+            PerfettoOptions {
+                encoding,
+                ..Default::default()
+            },
+        )?));
     }
     if config.formats.csv {
         sinks.push(Box::new(CsvSink::create(&path("_kernel_trace.csv")?)?));
