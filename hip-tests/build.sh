@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds the hip-tests programs with hipcc into OUTDIR (default: target/hip-tests
 # under the repository). Rebuilds a program only when its source, common.h, this
-# script, the compiler or the ISA list changed. Exits 0 with a message when
-# hipcc is missing, so that machines without ROCm can still build the rest.
+# script, the compiler or the ISA list changed. Fails when hipcc is missing.
+# The end-to-end tests run it inside each runtime's root (scripts/rocm-env.sh),
+# with that root's hipcc, into one OUTDIR per runtime.
 #
 # Usage: hip-tests/build.sh [OUTDIR]
 # Environment:
 #   HIPCC             compiler (default: hipcc on PATH)
-#   HIP_TESTS_ARCHS   space-separated ISAs (default: the emulated GPU's ISAs plus the
-#                     data-center ISAs this hipcc supports; see DEFAULT_ARCHS)
+#   HIP_TESTS_ARCHS   space-separated ISAs (default: the emulated GPU's ISAs that
+#                     this hipcc supports, probed once per compiler; see EMULATED_ARCHS)
 #   HIP_TESTS_JOBS    parallel compiles (default: 2)
 set -euo pipefail
 
@@ -18,18 +19,17 @@ out="${1:-$repo/target/hip-tests}"
 hipcc="${HIPCC:-hipcc}"
 jobs="${HIP_TESTS_JOBS:-2}"
 
-# gfx900/gfx906/gfx908/gfx90a/gfx1030: every ISA the emulated GPU can present
-# (gfx90a is its default); gfx908/gfx90a/gfx940 are the data-center ISAs that
-# Debian's hipcc 5.2.3 (clang 15 + rocm-device-libs 5.2) can target. gfx941,
-# gfx942 and gfx11xx need a newer compiler.
-DEFAULT_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx940 gfx1030"
-archs="${HIP_TESTS_ARCHS:-$DEFAULT_ARCHS}"
+# Every ISA the emulated GPU can present (gfx90a is its default, and must be
+# in every build). Debian's hipcc 5.2.3 (clang 15, device libs 5.2) lacks
+# gfx942 and gfx1100; the 6.x roots' hipcc (clang 17 / 21) has them all.
+EMULATED_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx942 gfx1030 gfx1100"
+REQUIRED_ARCH=gfx90a
 PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc)
 
 if ! command -v "$hipcc" >/dev/null 2>&1; then
-    echo "hip-tests: SKIPPED: '$hipcc' not found (install Debian's hipcc, libamdhip64-dev and rocm-device-libs:" \
-        "bash scripts/setup.sh)" >&2
-    exit 0
+    echo "hip-tests: '$hipcc' not found: install Debian's hipcc, libamdhip64-dev and rocm-device-libs" \
+        "(bash scripts/setup.sh), or run inside a runtime root (scripts/rocm-env.sh VERSION -- $0)" >&2
+    exit 1
 fi
 
 mkdir -p "$out"
@@ -38,6 +38,40 @@ if command -v flock >/dev/null 2>&1; then
     exec 9>"$out/.build.lock"
     flock 9
 fi
+
+# The ISAs of EMULATED_ARCHS this hipcc can build for: a device-only compile
+# of an empty kernel per ISA (about a second each, in parallel), remembered
+# per compiler version and script in OUTDIR.
+supported_archs() {
+    local key file a
+    key="$( { command -v "$hipcc"; "$hipcc" --version 2>&1; cat "$here/build.sh"; } | sha256sum | cut -c1-16)"
+    file="$out/.archs.$key"
+    if [[ ! -f "$file" ]]; then
+        local probe="$out/.probe.$$"
+        mkdir -p "$probe"
+        printf '__global__ void probe() {}\n' >"$probe/probe.hip"
+        for a in $EMULATED_ARCHS; do
+            ( "$hipcc" "--offload-arch=$a" --cuda-device-only -c -x hip "$probe/probe.hip" -o "$probe/$a.o" \
+                >"$probe/$a.log" 2>&1 && echo "$a" >"$probe/$a.ok" ) &
+        done
+        wait
+        for a in $EMULATED_ARCHS; do
+            if [[ -f "$probe/$a.ok" ]]; then printf '%s ' "$a"; fi
+        done >"$probe.result"
+        if ! grep -qw "$REQUIRED_ARCH" "$probe.result"; then
+            echo "hip-tests: $hipcc cannot build for $REQUIRED_ARCH, the emulated GPU's default ISA:" >&2
+            cat "$probe/$REQUIRED_ARCH.log" >&2
+            rm -rf "$probe" "$probe.result"
+            exit 1
+        fi
+        rm -f "$out"/.archs.*
+        mv "$probe.result" "$file"
+        rm -rf "$probe"
+    fi
+    cat "$file"
+}
+archs="${HIP_TESTS_ARCHS:-$(supported_archs)}"
+archs="${archs% }"
 
 flags=(-std=c++17 -O2 -Wall -Wextra)
 for a in $archs; do flags+=("--offload-arch=$a"); done

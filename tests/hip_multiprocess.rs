@@ -25,9 +25,7 @@ fn outputs(stem: &str) -> Vec<String> {
 
 /// `-o rank%rank%` with a rank variable set names the files after the rank.
 fn rank_run(label: &str, env: &[(&str, &str)], expect_stem: &str) {
-    let Some(prog) = hip_program("graph_storm") else {
-        return;
-    };
+    let prog = hip_program("graph_storm");
     let run = run_traced(label, &["-o", "rank%rank%"], &prog, &["8", "2"], env);
     run.assert_success();
     assert_eq!(
@@ -67,8 +65,8 @@ struct MultiprocRun {
     traces: Vec<PathBuf>,
 }
 
-fn multiproc(label: &str, per_proc: u64) -> Option<MultiprocRun> {
-    let prog = hip_program("multiproc")?;
+fn multiproc(label: &str, per_proc: u64) -> MultiprocRun {
+    let prog = hip_program("multiproc");
     let per = per_proc.to_string();
     let run = run_traced(
         label,
@@ -110,11 +108,11 @@ fn multiproc(label: &str, per_proc: u64) -> Option<MultiprocRun> {
     );
     let ranks: BTreeSet<u32> = reports.values().filter_map(|r| r.rank).collect();
     assert_eq!(ranks, BTreeSet::from([0, 1]));
-    Some(MultiprocRun {
+    MultiprocRun {
         dir: run.dir,
         reports,
         traces,
-    })
+    }
 }
 
 /// Checks a merged trace: the checker passes, it has both processes, every
@@ -148,9 +146,7 @@ fn check_merged(merged: &Path, m: &MultiprocRun) {
 
 #[test]
 fn multiproc_traces_and_rprof_merge() {
-    let Some(m) = multiproc("multiproc_merge", 150) else {
-        return;
-    };
+    let m = multiproc("multiproc_merge", 150);
     let merged = m.dir.join("all.pftrace");
     let o = Command::new(rprof())
         .arg("merge")
@@ -173,9 +169,7 @@ fn multiproc_traces_and_rprof_merge() {
 /// both runs apart (no overwrite), and a merge of the two still adds up.
 #[test]
 fn two_runs_by_pid_merge() {
-    let Some(prog) = hip_program("graph_storm") else {
-        return;
-    };
+    let prog = hip_program("graph_storm");
     let a = run_traced("pid_a", &["-o", "%pid%"], &prog, &["16", "4"], &[]);
     let b = run_traced("pid_b", &["-o", "%pid%"], &prog, &["8", "3"], &[]);
     a.assert_success();

@@ -3,21 +3,23 @@
 //! program says it launched (see `hip_support::check_outputs` for the full
 //! list of assertions).
 //!
-//! Needs `cargo build --workspace` first (for `rprof`, `librprof_tool.so`,
-//! `libhsakmt.so`), Debian's `hipcc`, and the Python `perfetto` package.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects (see `hip_support`). Needs
+//! `cargo build --workspace` first (for `rprof`, `librprof_tool.so` and the
+//! emulator's front-ends), that runtime's `hipcc`, and the Python `perfetto`
+//! package.
 
 mod hip_support;
 
 use std::collections::BTreeMap;
 
 use hip_support::{
-    check_outputs, hip_program, output_files, run_traced, single_report, summary,
+    check_outputs, hip_program, output_files, run_traced, single_report, summary, Runtime,
     RUNTIME_KERNEL_PREFIX,
 };
 
 /// Traces `program args` as `-o NAME` and runs every output check.
-fn trace_and_check(label: &str, program: &str, args: &[&str]) -> Option<hip_support::TraceFacts> {
-    let prog = hip_program(program)?;
+fn trace_and_check(label: &str, program: &str, args: &[&str]) -> hip_support::TraceFacts {
+    let prog = hip_program(program);
     let run = run_traced(label, &["-o", label], &prog, args, &[]);
     run.assert_success();
     let report = single_report(&run);
@@ -32,7 +34,7 @@ fn trace_and_check(label: &str, program: &str, args: &[&str]) -> Option<hip_supp
         "exactly the three requested outputs"
     );
     summary(label, &run, &facts);
-    Some(facts)
+    facts
 }
 
 /// Graph launches in dispatch-id order: launch i, node j is dispatch
@@ -75,9 +77,7 @@ fn check_graph_order(f: &hip_support::TraceFacts, k: usize, launches: usize) {
 /// graph, launched 20 times.
 #[test]
 fn graph_storm_64x20() {
-    let Some(f) = trace_and_check("graph_storm_64x20", "graph_storm", &["64", "20"]) else {
-        return;
-    };
+    let f = trace_and_check("graph_storm_64x20", "graph_storm", &["64", "20"]);
     assert_eq!(f.program_dispatches(), 64 * 20);
     assert_eq!(f.program_kernel_names(), 64, "one name per graph node");
     check_graph_order(&f, 64, 20);
@@ -87,9 +87,7 @@ fn graph_storm_64x20() {
 /// first 44 names run twice per launch.
 #[test]
 fn graph_storm_names_shared_by_nodes() {
-    let Some(f) = trace_and_check("graph_storm_300x3", "graph_storm", &["300", "3"]) else {
-        return;
-    };
+    let f = trace_and_check("graph_storm_300x3", "graph_storm", &["300", "3"]);
     assert_eq!(f.program_dispatches(), 900);
     assert_eq!(f.per_name["void graph_node<0>(int*, int)"], 6);
     assert_eq!(f.per_name["void graph_node<43>(int*, int)"], 6);
@@ -101,9 +99,7 @@ fn graph_storm_names_shared_by_nodes() {
 /// = 51,200 dispatches.
 #[test]
 fn graph_storm_default_51200() {
-    let Some(f) = trace_and_check("graph_storm_default", "graph_storm", &[]) else {
-        return;
-    };
+    let f = trace_and_check("graph_storm_default", "graph_storm", &[]);
     assert_eq!(f.program_dispatches(), 51_200);
     assert_eq!(f.program_kernel_names(), 256);
     check_graph_order(&f, 256, 200);
@@ -116,9 +112,7 @@ fn graph_storm_default_51200() {
 /// and reduce starts after all three consumes ended.
 #[test]
 fn multi_stream_events() {
-    let Some(f) = trace_and_check("multi_stream", "multi_stream", &["4", "50"]) else {
-        return;
-    };
+    let f = trace_and_check("multi_stream", "multi_stream", &["4", "50"]);
     assert_eq!(f.program_dispatches(), 50 * (1 + 3 + 1));
     let mut rows: Vec<_> = f
         .rows
@@ -162,43 +156,47 @@ fn multi_stream_events() {
 }
 
 /// hipMemcpy (pageable and pinned, H2D, D2H, D2D) interleaved with kernels.
-/// HIP 5.2.3 copies host<->device with DMA and device->device with its blit
-/// kernel `__amd_rocclr_copyBuffer`, which a kernel trace shows too: per
-/// round, in dispatch order, scale, add_one, then the D2D copy on add_one's
-/// stream, starting after add_one ended.
+/// HIP copies device->device with its blit kernel `__amd_rocclr_copyBuffer`,
+/// which a kernel trace shows too, on add_one's stream after add_one ended.
+/// HIP 5.2.3 and 5.7.1 copy host<->device with DMA: per round, in dispatch
+/// order, scale, add_one, the D2D copy. HIP 6.4.3 (on ROCr 6.4.3 and 7.0) also copies the pageable
+/// buffers with the blit kernel (through its staging buffer): per round
+/// copy (H2D), scale, copy (D2H), add_one, the D2D copy (docs/rocr6.md).
 #[test]
 fn memcpy_mix() {
-    let Some(f) = trace_and_check("memcpy_mix", "memcpy_mix", &["40"]) else {
-        return;
-    };
+    let f = trace_and_check("memcpy_mix", "memcpy_mix", &["40"]);
     assert_eq!(f.program_dispatches(), 80);
+    const COPY: &str = "__amd_rocclr_copyBuffer";
+    let round: &[&str] = match Runtime::selected() {
+        Runtime::Rocm52 | Runtime::Rocm61 => &["scale(int*, int, int)", "add_one(int*, int)", COPY],
+        Runtime::Rocm64 | Runtime::Rocm70 => &[
+            COPY,
+            "scale(int*, int, int)",
+            COPY,
+            "add_one(int*, int)",
+            COPY,
+        ],
+    };
+    let copies_per_round = round.iter().filter(|n| **n == COPY).count() as u64;
     assert_eq!(
-        f.per_name.get("__amd_rocclr_copyBuffer"),
-        Some(&40),
-        "one blit kernel per D2D copy; runtime kernels: {:?}",
+        f.per_name.get(COPY),
+        Some(&(40 * copies_per_round)),
+        "{copies_per_round} blit kernel(s) per round; runtime kernels: {:?}",
         f.per_name
     );
     let mut rows: Vec<_> = f.rows.iter().collect();
     rows.sort_by_key(|r| r.dispatch_id);
-    for (round, chunk) in rows.chunks(3).enumerate() {
+    for (i, chunk) in rows.chunks(round.len()).enumerate() {
         let names: Vec<&str> = chunk.iter().map(|r| r.kernel_name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "scale(int*, int, int)",
-                "add_one(int*, int)",
-                "__amd_rocclr_copyBuffer"
-            ],
-            "round {round}"
-        );
-        let (add, copy) = (chunk[1], chunk[2]);
+        assert_eq!(names, round, "round {i}");
+        let (add, copy) = (chunk[round.len() - 2], chunk[round.len() - 1]);
         assert_eq!(
             add.queue_id, copy.queue_id,
-            "round {round}: D2D copy on add_one's stream"
+            "round {i}: D2D copy on add_one's stream"
         );
         assert!(
             copy.start >= add.end,
-            "round {round}: D2D copy started before add_one ended"
+            "round {i}: D2D copy started before add_one ended"
         );
     }
 }
@@ -211,8 +209,8 @@ struct ThreadsRun {
     queue_of_index: BTreeMap<u64, u64>,
 }
 
-fn run_threads(label: &str, env: &[(&str, &str)]) -> Option<ThreadsRun> {
-    let prog = hip_program("threads")?;
+fn run_threads(label: &str, env: &[(&str, &str)]) -> ThreadsRun {
+    let prog = hip_program("threads");
     let run = run_traced(label, &["-o", label], &prog, &["4", "250"], env);
     run.assert_success();
     let report = single_report(&run);
@@ -269,11 +267,11 @@ fn run_threads(label: &str, env: &[(&str, &str)]) -> Option<ThreadsRun> {
         );
         *traced_by_tid.entry(r.thread_id).or_default() += 1;
     }
-    Some(ThreadsRun {
+    ThreadsRun {
         threads,
         traced_by_tid,
         queue_of_index,
-    })
+    }
 }
 
 /// 4 host threads, each with its own stream, 250 launches each plus ticks,
@@ -287,9 +285,7 @@ fn run_threads(label: &str, env: &[(&str, &str)]) -> Option<ThreadsRun> {
 /// a thread alone on its queue gets exactly its own count.
 #[test]
 fn threads_shared_queues() {
-    let Some(t) = run_threads("threads", &[]) else {
-        return;
-    };
+    let t = run_threads("threads", &[]);
     let mut per_queue: BTreeMap<u64, (u64, u64, Vec<u64>)> = BTreeMap::new();
     for (tid, (index, launched)) in &t.threads {
         let e = per_queue.entry(t.queue_of_index[index]).or_default();
@@ -316,9 +312,7 @@ fn threads_shared_queues() {
 /// queue, so every thread's dispatch count in the trace is exactly its own.
 #[test]
 fn threads_own_queues() {
-    let Some(t) = run_threads("threads_own_queues", &[("GPU_MAX_HW_QUEUES", "8")]) else {
-        return;
-    };
+    let t = run_threads("threads_own_queues", &[("GPU_MAX_HW_QUEUES", "8")]);
     let queues: std::collections::BTreeSet<_> = t.queue_of_index.values().collect();
     assert_eq!(
         queues.len(),
@@ -333,18 +327,14 @@ fn threads_own_queues() {
 /// exit(0) right after enqueuing 2000 kernels: every one is in the trace.
 #[test]
 fn exit_without_sync_exit() {
-    let Some(f) = trace_and_check("exit_nosync_exit", "exit_nosync", &["2000", "exit"]) else {
-        return;
-    };
+    let f = trace_and_check("exit_nosync_exit", "exit_nosync", &["2000", "exit"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
 }
 
 /// Returning from main without synchronising.
 #[test]
 fn exit_without_sync_return() {
-    let Some(f) = trace_and_check("exit_nosync_return", "exit_nosync", &["500", "return"]) else {
-        return;
-    };
+    let f = trace_and_check("exit_nosync_return", "exit_nosync", &["500", "return"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
 }
 
@@ -353,9 +343,7 @@ fn exit_without_sync_return() {
 /// be recorded: the tool flushes from an at_quick_exit handler.
 #[test]
 fn exit_without_sync_quick_exit() {
-    let Some(f) = trace_and_check("exit_nosync_quick", "exit_nosync", &["2000", "quick"]) else {
-        return;
-    };
+    let f = trace_and_check("exit_nosync_quick", "exit_nosync", &["2000", "quick"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
     assert_eq!(f.per_name["nosync_work(int*, int)"], 2000);
 }
@@ -370,9 +358,7 @@ fn serialized_graphs_and_streams_never_overlap() {
         ("serial_graph", "graph_storm", &["64", "10"][..]),
         ("serial_streams", "multi_stream", &["4", "20"][..]),
     ] {
-        let Some(prog) = hip_program(program) else {
-            return;
-        };
+        let prog = hip_program(program);
         let run = run_traced(
             label,
             &["-o", label, "--serialize-kernels"],

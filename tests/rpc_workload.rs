@@ -1,20 +1,21 @@
 //! The `rpc-doorbell` workload (LLVM libc's GPU RPC doorbell protocol, `tests/programs/rpc_doorbell.cpp`) on the
 //! real ROCr over the emulated GPU, untraced: its own checks pass and its printed counts are exact.
 //!
-//! Needs the emulator built beforehand (`cargo build --workspace` leaves `<target>/debug/libhsakmt.so`, where
-//! `<target>` is `CARGO_TARGET_DIR` or `<repo>/target`), `g++` and `clang-15`. The workload is built by
-//! `scripts/build-workloads.sh <target>/workloads`, which rebuilds only what changed.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects (`rocm_runtime`). Needs the emulator front-end built beforehand
+//! (`cargo build --workspace` leaves it in `<target>/debug`, where `<target>` is `CARGO_TARGET_DIR` or
+//! `<repo>/target`). The workload is built inside the runtime's root by `scripts/build-workloads.sh
+//! <target>/rocm-VERSION/workloads`, which rebuilds only what changed.
 
 mod rpc_support;
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rpc_support::{build_workload, target_dir};
+use rpc_support::{build_workload, profile_dir, rocm_runtime, target_dir, Runtime};
 
 /// Longest a run may take before the test kills it and calls it a hang (a lost wake-up).
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,8 +23,10 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the tests need, prepared once per test binary.
 #[derive(Debug)]
 struct Setup {
-    /// Directory holding `libhsakmt.so.1` (a symlink to the emulator), for `LD_LIBRARY_PATH`.
-    emu_dir: PathBuf,
+    /// The runtime it runs on.
+    runtime: Runtime,
+    /// The emulated GPU under it.
+    emulator: rocm_runtime::Emulator,
     /// The built workload.
     program: PathBuf,
     /// Scratch directory for run outputs.
@@ -34,25 +37,19 @@ fn setup() -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
         let target = target_dir();
-        let emu = target.join("debug/libhsakmt.so");
-        assert!(
-            emu.is_file(),
-            "the emulated GPU library {} is missing: build it first with `cargo build --workspace` (same \
-             CARGO_TARGET_DIR as this test)",
-            emu.display()
-        );
-        let emu_dir = target.join("rprof-emu-test");
-        std::fs::create_dir_all(&emu_dir).unwrap();
-        // Replace the link atomically: other test binaries may use the same directory at the same time.
-        let tmp = emu_dir.join(format!("libhsakmt.so.1.tmp{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&emu, &tmp).unwrap();
-        std::fs::rename(&tmp, emu_dir.join("libhsakmt.so.1")).unwrap();
+        let runtime = Runtime::selected();
+        let emulator = runtime
+            .emulator(&profile_dir())
+            .unwrap_or_else(|e| panic!("{e}"));
 
         let program = build_workload();
-        let scratch = target.join("rpc-workload-tests");
-        std::fs::create_dir_all(&scratch).unwrap();
-        Setup { emu_dir, program, scratch }
+        let scratch = runtime.build_dir(&target, "rpc-workload-tests");
+        Setup {
+            runtime,
+            emulator,
+            program,
+            scratch,
+        }
     })
 }
 
@@ -154,15 +151,14 @@ fn hex(v: &str) -> u64 {
 /// Runs the workload over the emulator; kills it and fails the test after [`RUN_TIMEOUT`].
 fn run(args: &[&str]) -> Run {
     let s = setup();
-    let mut cmd = Command::new(&s.program);
+    let mut cmd = s.runtime.command(&s.program, &s.emulator.loader_env);
     cmd.args(args)
-        .env("LD_LIBRARY_PATH", &s.emu_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().to_string();
-        if k.starts_with("RPROF_EMU_") || k == "HSA_TOOLS_LIB" || k == "LD_PRELOAD" {
+        if k.starts_with("RPROF_EMU_") || k == "HSA_TOOLS_LIB" {
             cmd.env_remove(k);
         }
     }

@@ -138,7 +138,7 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt(signal_handle: u64) -> c_int
             return -1;
         }
         // SAFETY: live signal per the contract.
-        unsafe { crate::cp::signal_interrupt(e, signal_handle) };
+        unsafe { crate::cp::signal_interrupt(e, signal_handle, crate::clock::now_ns()) };
         0
     })
 }
@@ -158,16 +158,20 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt_before(signal_handle: u64, t
         if signal_handle == 0 {
             return 0;
         }
-        let field =
-            signal_handle as usize + std::mem::offset_of!(hsa_sys::amd_signal_t, event_mailbox_ptr);
-        // SAFETY: live signal per the contract; event_mailbox_ptr is an
-        // aligned u64 field that ROCr wrote before handing the signal out.
-        let mailbox = unsafe {
-            (*(field as *const std::sync::atomic::AtomicU64))
-                .load(std::sync::atomic::Ordering::Acquire)
+        let base = signal_handle as usize;
+        let mailbox_field = base + std::mem::offset_of!(hsa_sys::amd_signal_t, event_mailbox_ptr);
+        let event_id_field = base + std::mem::offset_of!(hsa_sys::amd_signal_t, event_id);
+        // SAFETY: live signal per the contract; event_mailbox_ptr and event_id
+        // are aligned fields that ROCr wrote before handing the signal out.
+        let (mailbox, event_id) = unsafe {
+            (
+                (*(mailbox_field as *const std::sync::atomic::AtomicU64))
+                    .load(std::sync::atomic::Ordering::Acquire),
+                (*(event_id_field as *const std::sync::atomic::AtomicU32))
+                    .load(std::sync::atomic::Ordering::Acquire),
+            )
         };
-        e.events
-            .id_of_mailbox(mailbox)
+        crate::cp::interrupt_slot(e, mailbox, event_id)
             .map_or(0, |slot| e.events.interrupt_before(slot, t_ns))
     }))
     .unwrap_or(0)

@@ -427,12 +427,27 @@ unsafe fn signal_value<'a>(handle: u64) -> &'a AtomicI64 {
     }
 }
 
+/// The event slot whose interrupt history records rings of a signal with this mailbox and event id: the slot of
+/// our own mailbox array (thunk front-end), or the event id itself when the mailbox lives in an event page the
+/// runtime mapped from tracked memory (KFD front-end, where the slot index is the event id). `None` for a
+/// signal without a usable mailbox.
+pub fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32> {
+    if mailbox == 0 {
+        return None;
+    }
+    emu.events.id_of_mailbox(mailbox).or_else(|| {
+        (mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8)).then_some(event_id)
+    })
+}
+
 /// Does what CP firmware + KFD do when a signal with a mailbox changes: write the event id to the mailbox and
-/// fire the event.
+/// fire the event. `ring_ns` (`CLOCK_BOOTTIME`) is when the device changed the signal, taken by the caller
+/// before its value store, so a waiter that saw the new value (even while still spinning) never woke before
+/// the ring time recorded here.
 ///
 /// # Safety
 /// `handle` must be the address of a live `amd_signal_t`.
-pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
+pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64, ring_ns: u64) {
     let base = handle as usize;
     // SAFETY: the signal is live (contract); its mailbox pointer and event id are plain aligned fields.
     let (mailbox, event_id) = unsafe {
@@ -443,17 +458,10 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
                 .load(Ordering::Acquire),
         )
     };
-    if mailbox == 0 {
-        return;
-    }
-    let id = if let Some(slot_id) = emu.events.id_of_mailbox(mailbox) {
-        emu.events.note_interrupt(slot_id, crate::clock::now_ns());
-        slot_id
-    } else if mailbox % 8 == 0 && emu.memory.view().contains(mailbox as usize, 8) {
-        event_id
-    } else {
+    let Some(id) = interrupt_slot(emu, mailbox, event_id) else {
         return;
     };
+    emu.events.note_interrupt(id, ring_ns);
     // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked above).
     unsafe { (*(mailbox as *const AtomicU64)).store(u64::from(event_id), Ordering::Release) };
     if emu.events.fire(event_id).is_err() && id != event_id {
@@ -492,10 +500,11 @@ pub unsafe fn signal_complete(emu: &Emulator, handle: u64, delta: i64, ticks: Op
                 .store(end, Ordering::Relaxed);
         }
     }
+    let ring_ns = crate::clock::now_ns();
     // SAFETY: live signal (contract).
     unsafe { signal_value(handle) }.fetch_add(delta, Ordering::AcqRel);
     // SAFETY: live signal (contract).
-    unsafe { signal_interrupt(emu, handle) };
+    unsafe { signal_interrupt(emu, handle, ring_ns) };
 }
 
 fn ring_packet(q: &HwQueue, index: u64) -> usize {
@@ -658,8 +667,9 @@ impl CpThread {
         if sig != 0 {
             // SAFETY: ROCr's queue_inactive_signal is a live signal for the queue's lifetime.
             unsafe {
+                let ring_ns = crate::clock::now_ns();
                 signal_value(sig).store(code, Ordering::Release);
-                signal_interrupt(self.emu, sig);
+                signal_interrupt(self.emu, sig, ring_ns);
             }
         }
     }

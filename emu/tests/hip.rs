@@ -1,22 +1,22 @@
-//! Runs a HIP program (`programs/hip_app.cpp`, built with Debian's hipcc) on the real HIP/ROCr 5.2.3 over the
-//! emulated GPU. Its kernels have host implementations registered with the emulator, so results are exact.
+//! Runs a HIP program (`programs/hip_app.cpp`, built with the hipcc of the runtime `RPROF_TEST_ROCM` selects) on
+//! that real HIP/ROCr over the emulated GPU. Its kernels have host implementations registered with the emulator, so
+//! results are exact.
 mod common;
 
-use common::{build_cached, lib_dir, programs_dir, run};
+use common::{build_cached, compiler, emulator, programs_dir, run};
 use std::path::Path;
-use std::process::Command;
 
 fn hip_app() -> std::path::PathBuf {
     let src = programs_dir().join("hip_app.cpp");
     let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rprof_emu.h");
-    let lib = lib_dir();
+    let emu = emulator();
     build_cached("hip_app", &[&src, &header], |out| {
-        let mut c = Command::new("hipcc");
+        let mut c = compiler("hipcc");
         c.args(["--offload-arch=gfx90a", "-O1"])
             .arg(format!("-I{}", header.parent().unwrap().display()))
             .arg(&src)
-            .arg(format!("-L{}", lib.display()))
-            .args(["-l:libhsakmt.so.1", "-o"])
+            .args(&emu.link_args)
+            .arg("-o")
             .arg(out);
         c
     })

@@ -3,8 +3,8 @@
 //!
 //! `layout/layout_v6.cpp` and `layout/rust_side_v6.rs` are both emitted by the generator. The C++ program is
 //! compiled with the directory holding that header first on the include path: `HSAKMT_V6_INCLUDE` if set, else the
-//! trixie root's `/usr/include/hsakmt` under `RPROF_ROCM_ROOTS` (default `/var/cache/rprof-rocm`, where
-//! `scripts/rocm-env.sh 6.1` builds it). The header is plain C types, so the host's compiler serves.
+//! trixie root's `/usr/include/hsakmt` (the root `scripts/rocm-env.sh 6.1` names, and builds if needed). The
+//! header is plain C types, so the host's compiler serves.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,28 +20,27 @@ fn v6_include_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("HSAKMT_V6_INCLUDE").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    let roots = std::env::var_os("RPROF_ROCM_ROOTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/rprof-rocm"));
-    let found = std::fs::read_dir(&roots).ok().and_then(|entries| {
-        entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("trixie-") && !n.ends_with(".partial"))
-            })
-            .map(|p| p.join("usr/include/hsakmt"))
-            .find(|d| d.join("hsakmttypes.h").is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no libhsakmt-dev 6.x header: set HSAKMT_V6_INCLUDE, or build the trixie root with \
-             `scripts/rocm-env.sh 6.1` (looked under {})",
-            roots.display()
-        )
-    })
+    // `scripts/rocm-env.sh 6.1` prints the trixie root's path, building it first (or waiting for a build in
+    // progress) if needed, and says why when it cannot.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/rocm-env.sh");
+    let out = Command::new(&script)
+        .arg("6.1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "no libhsakmt-dev 6.x header: set HSAKMT_V6_INCLUDE, or let `scripts/rocm-env.sh 6.1` build the trixie \
+         root: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let dir = Path::new(&root).join("usr/include/hsakmt");
+    assert!(
+        dir.join("hsakmttypes.h").is_file(),
+        "{} has no hsakmttypes.h (the trixie root lacks libhsakmt-dev)",
+        dir.display()
+    );
+    dir
 }
 
 fn to_map(lines: impl IntoIterator<Item = String>, side: &str) -> BTreeMap<String, String> {

@@ -4,14 +4,21 @@
 //! Perfetto through `tests/tools/pftrace_check.py`) against the `LAUNCHED`
 //! report the program printed.
 //!
+//! The runtime is the one `RPROF_TEST_ROCM` selects (`rocm_runtime`): the
+//! programs are built by `hip-tests/build.sh` inside its root with its
+//! `hipcc`, into `<target>/rocm-VERSION/hip-tests/`, and `rprof` runs them
+//! there (it picks the emulator front-end that runtime needs by itself).
+//!
 //! Paths follow the test binary: it lives in `<target>/<profile>/deps/`, so
-//! `rprof`, `librprof_tool.so` and `libhsakmt.so` are expected in
-//! `<target>/<profile>/` (`cargo build --workspace` puts them there), the
-//! programs are built into `<target>/hip-tests/` and runs write to
-//! `<target>/hip-test-runs/<label>/`. `RPROF_BIN` overrides the `rprof` path.
-//! `RPROF_SKIP_HIP_TESTS=1` turns a missing `hipcc` from a failure into a skip.
+//! `rprof`, `librprof_tool.so` and the emulator's front-end library are
+//! expected in `<target>/<profile>/` (`cargo build --workspace` puts them
+//! there), and runs write to `<target>/rocm-VERSION/hip-test-runs/<label>/`.
+//! `RPROF_BIN` overrides the `rprof` path. A missing `hipcc` fails the tests.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
+
+#[path = "../rocm_runtime/mod.rs"]
+pub mod rocm_runtime;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::Read;
@@ -19,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+pub use rocm_runtime::Runtime;
 
 /// Longest a traced program may run before the test calls it a hang.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(150);
@@ -51,22 +60,17 @@ pub const CSV_COLUMNS: [&str; 18] = [
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    rocm_runtime::repo()
 }
 
-/// `<target>/<profile>`: where cargo put `rprof` and the two libraries.
+/// `<target>/<profile>`: where cargo put `rprof` and the libraries.
 pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary has a directory");
-    deps.parent().expect("deps has a parent").to_path_buf()
+    rocm_runtime::profile_dir()
 }
 
 /// `<target>`.
 pub fn target_dir() -> PathBuf {
-    profile_dir()
-        .parent()
-        .expect("profile dir has a parent")
-        .to_path_buf()
+    rocm_runtime::target_dir()
 }
 
 /// The `rprof` binary; panics with instructions when it (or a library it
@@ -76,11 +80,15 @@ pub fn rprof() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| profile_dir().join("rprof"));
     let dir = bin.parent().unwrap_or(Path::new("."));
-    for needed in [
-        bin.clone(),
-        dir.join("librprof_tool.so"),
-        dir.join("libhsakmt.so"),
-    ] {
+    let runtime = Runtime::selected();
+    let front_end = dir.join(runtime.front_end().library_file());
+    if !front_end.exists() {
+        // Says which front-end the runtime needs and why it is missing.
+        if let Err(e) = runtime.emulator(dir) {
+            panic!("{e}");
+        }
+    }
+    for needed in [bin.clone(), dir.join("librprof_tool.so"), front_end] {
         assert!(
             needed.exists(),
             "{} not found: build the whole workspace first (`cargo build --workspace`, as scripts/test.sh does) \
@@ -93,15 +101,19 @@ pub fn rprof() -> PathBuf {
 
 static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
-/// Builds all programs once per test binary (`hip-tests/build.sh`, which
-/// rebuilds only what changed) and returns the path of `name`. `None` means
-/// hipcc is missing and `RPROF_SKIP_HIP_TESTS=1` asked to skip; without that
-/// variable a missing hipcc fails the test.
-pub fn hip_program(name: &str) -> Option<PathBuf> {
+/// Builds all programs once per test binary (`hip-tests/build.sh` inside the
+/// selected runtime's root, which rebuilds only what changed) and returns
+/// the path of `name`. Fails the test with the build's output if that
+/// fails (no `hipcc` included).
+pub fn hip_program(name: &str) -> PathBuf {
+    // A missing rprof or emulator front-end fails before the long build.
+    rprof();
     let dir = BUILT.get_or_init(|| {
-        let out = target_dir().join("hip-tests");
+        let runtime = Runtime::selected();
+        let out = runtime.build_dir(&target_dir(), "hip-tests");
         let script = repo_root().join("hip-tests/build.sh");
-        let o = Command::new("bash")
+        let o = runtime
+            .tool("bash")
             .arg(&script)
             .arg(&out)
             .output()
@@ -112,10 +124,11 @@ pub fn hip_program(name: &str) -> Option<PathBuf> {
             String::from_utf8_lossy(&o.stderr)
         );
         if !o.status.success() {
-            return Err(format!("hip-tests/build.sh failed ({}):\n{text}", o.status));
-        }
-        if text.contains("SKIPPED") {
-            return Err(format!("SKIPPED: {}", text.trim()));
+            return Err(format!(
+                "hip-tests/build.sh on ROCm {} failed ({}):\n{text}",
+                runtime.version(),
+                o.status
+            ));
         }
         Ok(out)
     });
@@ -123,17 +136,9 @@ pub fn hip_program(name: &str) -> Option<PathBuf> {
         Ok(d) => {
             let p = d.join(name);
             assert!(p.exists(), "{} was not built", p.display());
-            Some(p)
+            p
         }
-        Err(e)
-            if e.starts_with("SKIPPED") && std::env::var_os("RPROF_SKIP_HIP_TESTS").is_some() =>
-        {
-            eprintln!("{e} (RPROF_SKIP_HIP_TESTS is set: skipping)");
-            None
-        }
-        Err(e) => panic!(
-            "{e}\n(set RPROF_SKIP_HIP_TESTS=1 to skip the HIP tests on a machine without hipcc)"
-        ),
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -178,7 +183,9 @@ fn tail(s: &str, max: usize) -> &str {
 
 /// A fresh, empty output directory for `label`.
 pub fn fresh_dir(label: &str) -> PathBuf {
-    let dir = target_dir().join("hip-test-runs").join(label);
+    let dir = Runtime::selected()
+        .build_dir(&target_dir(), "hip-test-runs")
+        .join(label);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create run directory");
     dir
@@ -195,7 +202,7 @@ pub fn run_traced(
     env: &[(&str, &str)],
 ) -> Run {
     let dir = fresh_dir(label);
-    let mut cmd = Command::new(rprof());
+    let mut cmd = Runtime::selected().command(rprof(), &[]);
     cmd.arg("--kernel-trace")
         .arg("--output-format")
         .arg("pftrace,csv,json")

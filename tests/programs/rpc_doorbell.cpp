@@ -95,7 +95,7 @@ static const char kUsage[] =
     "                       sleeps and wakes more often (default 0: all kernels launched back to back)\n"
     "  --drain-between      launch the kernels one at a time (queues in turn), each once every call of the\n"
     "                       previous ones was served: every kernel's first call then rings a drained doorbell,\n"
-    "                       so rings >= kernels (the --launch-gap-us pause follows each drain)\n"
+    "                       so rings >= kernels (the --launch-gap-us pause precedes each launch)\n"
     "  --wait-timeout-ms T  timeout of the server's doorbell wait (default 100; 0 = wait forever)\n"
     "  --deadline-s S       give up (exit 1, report a suspected lost wake-up) if not every call is served after S\n"
     "                       seconds (default 60)\n"
@@ -656,13 +656,14 @@ int main(int argc, char** argv) {
   // --drain-between, kernel by kernel (queues in turn), each once every call of the previous ones was served.
   std::vector<std::thread> launchers;
   for (uint32_t k = 0; opt.drain_between && k < opt.kernels; k++) {
+    // The pause comes before every launch, the first included, so the server is already asleep when it rings.
+    if (opt.launch_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(opt.launch_gap_us));
     dispatch(queues[k % opt.queues], kernel_object, kernargs + k * kernarg_stride, opt.lanes, done[k]);
     const uint64_t target = (uint64_t)(k + 1) * opt.lanes * opt.calls;
     while (server.served_total.load(std::memory_order_acquire) < target) {
       if (boottime_ns() > deadline) give_up("lost_wakeup");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    if (opt.launch_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(opt.launch_gap_us));
   }
   for (uint32_t q = 0; !opt.drain_between && q < opt.queues; q++) {
     launchers.emplace_back([&, q] {

@@ -3,14 +3,22 @@
 //! of `tests/programs/`, runs them with the tool loaded on the emulated GPU,
 //! and reads the outputs back.
 //!
+//! The runtime is the one `RPROF_TEST_ROCM` selects (`rocm_runtime`): the
+//! programs are compiled inside its root with its compilers (its clang for
+//! the kernels' AMDGPU code object, its `g++` for the host code, linked with
+//! `-lhsa-runtime64`) into `<target>/kernel-trace-tests/rocm-VERSION/`, and
+//! run there over the emulator front-end that runtime needs.
+//!
 //! The libraries and `rprof` are built by a nested `cargo build -p rprof-tool
-//! -p rprof-emu-thunk` into `<target>/kernel-trace-tests/cargo` (a target directory
-//! of its own, because the outer `cargo test` holds the lock of the main
-//! one), so `cargo test --workspace` needs no prior build and never runs
-//! stale libraries. Programs are built with `clang-15` (kernels, an AMDGPU
-//! code object) and `g++` (host code, linked with `-lhsa-runtime64`).
+//! -p <front-end package>` into `<target>/kernel-trace-tests/cargo` (a target
+//! directory of its own, because the outer `cargo test` holds the lock of the
+//! main one), so `cargo test --workspace` needs no prior build and never runs
+//! stale libraries.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
+
+#[path = "../rocm_runtime/mod.rs"]
+pub mod rocm_runtime;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -18,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+pub use rocm_runtime::{Emulator, Runtime};
 
 /// Longest a traced program may run before the test calls it a hang.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -29,33 +39,16 @@ pub struct Artifacts {
     pub tool: PathBuf,
     /// The `rprof` command (built next to the tool library).
     pub rprof: PathBuf,
-    /// Directory holding `libhsakmt.so.1` (the emulator), for `LD_LIBRARY_PATH`.
-    pub emu_dir: PathBuf,
+    /// The runtime the programs run on.
+    pub runtime: Runtime,
+    /// The emulated GPU under that runtime.
+    pub emulator: Emulator,
     /// The raw-HSA test program.
     pub trace_app: PathBuf,
     /// Its code object.
     pub kernels: PathBuf,
     /// Where runs write their outputs.
     pub runs: PathBuf,
-}
-
-/// `<target>`: from `CARGO_TARGET_DIR`, else from the test executable
-/// (`<target>/<profile>/deps/<test>`).
-fn target_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
-        let d = PathBuf::from(d);
-        return if d.is_absolute() {
-            d
-        } else {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(d)
-        };
-    }
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
 fn run_checked(cmd: &mut Command, what: &str) {
@@ -75,19 +68,32 @@ fn run_checked(cmd: &mut Command, what: &str) {
 pub fn artifacts() -> &'static Artifacts {
     static A: OnceLock<Artifacts> = OnceLock::new();
     A.get_or_init(|| {
-        let root = target_dir().join("kernel-trace-tests");
+        let runtime = Runtime::selected();
+        let front_end = runtime.front_end();
+        let root = rocm_runtime::target_dir().join("kernel-trace-tests");
         let cargo_target = root.join("cargo");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        // `RPROF_TEST_EMU_LIB=<path to libhsakmt.so>` runs against a given
-        // emulator build instead of building one.
+        // `RPROF_TEST_EMU_LIB=<path to the front-end library>` runs against a
+        // given emulator build instead of building one.
         let emu_override = std::env::var_os("RPROF_TEST_EMU_LIB").map(PathBuf::from);
+        let front_end_crate = rocm_runtime::repo().join(front_end.crate_dir());
+        assert!(
+            emu_override.is_some() || front_end_crate.join("Cargo.toml").is_file(),
+            "{}={}: {} needs the emulator's {front_end:?} front-end (package {}, {}), which this checkout \
+             does not have yet",
+            rocm_runtime::SELECTOR,
+            runtime.version(),
+            runtime.describe(),
+            front_end.package(),
+            front_end.crate_dir()
+        );
         let mut build = Command::new(cargo);
         build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["build", "-p", "rprof-tool"])
             .env("CARGO_TARGET_DIR", &cargo_target);
         if emu_override.is_none() {
-            build.args(["-p", "rprof-emu-thunk"]);
+            build.args(["-p", front_end.package()]);
         }
         run_checked(
             &mut build,
@@ -96,25 +102,27 @@ pub fn artifacts() -> &'static Artifacts {
         let profile = cargo_target.join("debug");
         let tool = profile.join("librprof_tool.so");
         let rprof = profile.join("rprof");
-        let emu = emu_override.unwrap_or_else(|| profile.join("libhsakmt.so"));
-        assert!(
-            tool.exists() && emu.exists(),
-            "build left no {} / {}",
-            tool.display(),
-            emu.display()
-        );
-        let emu_dir = root.join("emu-lib");
-        std::fs::create_dir_all(&emu_dir).unwrap();
-        let link = emu_dir.join("libhsakmt.so.1");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&emu, &link).unwrap();
+        let emu_profile = match &emu_override {
+            Some(lib) => {
+                // A directory shaped like a cargo profile around the given library.
+                let dir = root.join("emu-override");
+                rocm_runtime::link_soname(&dir, front_end.library_file(), lib).unwrap();
+                // `rprof` looks for the emulator next to itself.
+                rocm_runtime::link_soname(&profile, front_end.library_file(), lib).unwrap();
+                dir
+            }
+            None => profile.clone(),
+        };
+        let emulator = runtime.emulator(&emu_profile).unwrap_or_else(|e| panic!("{e}"));
+        assert!(tool.exists(), "build left no {}", tool.display());
 
-        let programs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
-        let bin = root.join("programs");
-        std::fs::create_dir_all(&bin).unwrap();
+        let programs = rocm_runtime::repo().join("tests/programs");
+        let bin = runtime.build_dir(&root, "programs");
         let kernels = bin.join("trace_kernels.co");
+        let clang = runtime.kernel_clang();
         run_checked(
-            Command::new("clang-15")
+            runtime
+                .tool(clang)
                 .args([
                     "-x",
                     "cl",
@@ -128,27 +136,24 @@ pub fn artifacts() -> &'static Artifacts {
                 .arg("-o")
                 .arg(&kernels)
                 .arg(programs.join("trace_kernels.cl")),
-            "clang-15 (kernel code object)",
+            &format!("{clang} of ROCm {} (kernel code object)", runtime.version()),
         );
         let trace_app = bin.join("trace_app");
         run_checked(
-            Command::new("g++")
+            runtime
+                .tool("g++")
                 .args(["-O1", "-std=c++17", "-o"])
                 .arg(&trace_app)
                 .arg(programs.join("trace_app.cpp"))
                 .args(["-lhsa-runtime64", "-lpthread"]),
-            "g++ (trace_app)",
+            &format!("g++ of ROCm {} (trace_app)", runtime.version()),
         );
-        let runs = root.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        if !profile.join("libhsakmt.so").exists() {
-            // `rprof` looks for the emulator next to itself.
-            std::os::unix::fs::symlink(&emu, profile.join("libhsakmt.so")).unwrap();
-        }
+        let runs = runtime.build_dir(&root, "runs");
         Artifacts {
             tool,
             rprof,
-            emu_dir,
+            runtime,
+            emulator,
             trace_app,
             kernels,
             runs,
@@ -223,22 +228,23 @@ pub fn run_traced(label: &str, args: &[&str], load: Load, extra_env: &[(&str, &s
     let dir = a.runs.join(label);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = Command::new(&a.trace_app);
+    let loader_env = match load {
+        Load::ToolsLib => a.emulator.loader_env.clone(),
+        Load::Preload => a.emulator.loader_env_preloading(&a.tool),
+    };
+    let mut cmd = a.runtime.command(&a.trace_app, &loader_env);
     cmd.arg(&a.kernels)
         .args(args)
-        .env("LD_LIBRARY_PATH", &a.emu_dir)
         .env_remove("HSA_TOOLS_LIB")
-        .env_remove("LD_PRELOAD")
         .env("RPROF_KERNEL_TRACE", "1")
         .env("RPROF_OUTPUT_DIR", &dir)
         .env("RPROF_OUTPUT_NAME", "run")
         .env("RPROF_OUTPUT_FORMAT", "csv,json,pftrace")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    match load {
-        Load::ToolsLib => cmd.env("HSA_TOOLS_LIB", &a.tool),
-        Load::Preload => cmd.env("LD_PRELOAD", &a.tool),
-    };
+    if load == Load::ToolsLib {
+        cmd.env("HSA_TOOLS_LIB", &a.tool);
+    }
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
@@ -377,14 +383,15 @@ pub fn check_pftrace(trace: &Path) -> String {
 }
 
 /// Runs `rprof --kernel-trace -d <dir> -o run --output-format csv,json,pftrace
-/// [extra] -- trace_app <code object> <args>` (the command sets up the tool
-/// library and the emulated GPU itself).
+/// [extra] -- trace_app <code object> <args>` on the selected runtime, without
+/// loader variables (the command sets up the tool library and the emulated
+/// GPU itself).
 pub fn run_rprof(label: &str, extra: &[&str], args: &[&str]) -> Run {
     let a = artifacts();
     let dir = a.runs.join(label);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = Command::new(&a.rprof);
+    let mut cmd = a.runtime.command(&a.rprof, &[]);
     cmd.args([
         "--kernel-trace",
         "-o",
@@ -400,8 +407,6 @@ pub fn run_rprof(label: &str, extra: &[&str], args: &[&str]) -> Run {
     .arg(&a.kernels)
     .args(args)
     .env_remove("HSA_TOOLS_LIB")
-    .env_remove("LD_PRELOAD")
-    .env_remove("LD_LIBRARY_PATH")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     for (k, _) in std::env::vars() {

@@ -7,6 +7,7 @@
 //! with the application's status (128 + N if it died of signal N).
 
 mod cli;
+mod front_end;
 mod merge;
 
 use std::ffi::OsString;
@@ -22,8 +23,12 @@ use cli::{sibling_of_exe, Cli, Command as CliCommand, Device, LaunchPlan};
 
 /// Name of the tool library that `cargo build` puts next to `rprof`.
 const TOOL_LIBRARY: &str = "librprof_tool.so";
-/// Name of the emulator library that `cargo build` puts next to `rprof`.
+/// Name of the emulator's thunk front-end that `cargo build` puts next to
+/// `rprof` (for ROCr up to 6.1).
 const EMULATOR_LIBRARY: &str = "libhsakmt.so";
+/// Name of the emulator's kfd front-end that `cargo build` puts next to
+/// `rprof` (for ROCr from 6.2, which has the thunk built in).
+const EMULATOR_KFD_LIBRARY: &str = "librprof_emu_kfd.so";
 
 fn main() {
     let cli = Cli::parse();
@@ -113,15 +118,8 @@ fn run(cli: Cli) -> i32 {
         if cli.trace.device == Device::Auto {
             eprintln!("rprof: no /dev/kfd on this machine: using the emulated GPU (--device native to refuse)");
         }
-        match emulator_dir(&exe) {
-            Ok(dir) => {
-                let mut value = dir.into_os_string();
-                if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
-                    value.push(":");
-                    value.push(existing);
-                }
-                child_env.push(("LD_LIBRARY_PATH".into(), value));
-            }
+        match emulator_env(&exe) {
+            Ok((name, value)) => child_env.push((name.into(), value)),
             Err(e) => eprintln!("rprof: error: cannot set up the emulated GPU: {e}; running the application without it"),
         }
     }
@@ -226,6 +224,39 @@ fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
             "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
         );
     }
+}
+
+/// The variable that puts the emulated GPU under the runtime the child will
+/// load, with its value: the front-end that runtime needs
+/// ([`front_end::needed_by_runtime`]), found next to `rprof`, ahead of what
+/// the user has in that variable.
+fn emulator_env(exe: &Path) -> io::Result<(&'static str, OsString)> {
+    let user_path = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty());
+    let choice =
+        front_end::needed_by_runtime(&front_end::SearchPath::for_child(user_path.as_deref()))
+            .map_err(io::Error::other)?;
+    let (name, mut value, separator) = match choice.front_end {
+        front_end::FrontEnd::Thunk => ("LD_LIBRARY_PATH", emulator_dir(exe)?.into_os_string(), ":"),
+        front_end::FrontEnd::KfdPreload => {
+            let lib = sibling_of_exe(exe, EMULATOR_KFD_LIBRARY).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "{} has the thunk built in and needs the emulator's kfd front-end, but \
+                         {EMULATOR_KFD_LIBRARY} is not next to {} (build with `cargo build --release`)",
+                        choice.runtime.as_deref().unwrap_or(Path::new(front_end::RUNTIME_LIBRARY)).display(),
+                        exe.display()
+                    ),
+                )
+            })?;
+            ("LD_PRELOAD", lib.canonicalize()?.into_os_string(), " ")
+        }
+    };
+    if let Some(existing) = std::env::var_os(name).filter(|v| !v.is_empty()) {
+        value.push(separator);
+        value.push(existing);
+    }
+    Ok((name, value))
 }
 
 /// A directory holding `libhsakmt.so.1` → the emulator library next to

@@ -1,6 +1,6 @@
 //! Stand-ins for the libdrm and libdrm_amdgpu functions ROCr (and rocprofiler-sdk) call on the render nodes.
 //!
-//! A device handle of ours is the address of one entry of [`HANDLES`]; anything else (a real device, a graphics
+//! A device handle of ours is the address of one entry of `HANDLES`; anything else (a real device, a graphics
 //! user in the same process) is forwarded to the next definition (the real library) found with
 //! `dlsym(RTLD_NEXT)`. `amdgpu_device_initialize` dups the render fd as libdrm does, and
 //! `amdgpu_device_get_fd` returns that dup (the thunk closes its own fd afterwards, pitfall P2).

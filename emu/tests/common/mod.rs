@@ -1,6 +1,13 @@
 //! Shared helpers of the emulator's integration tests: build test programs (cached in the target dir) and run
-//! them over the emulated GPU.
+//! them over the emulated GPU, on the runtime `RPROF_TEST_ROCM` selects (the repository's shared
+//! `tests/rocm_runtime`): programs are compiled inside that runtime's root with its compilers, linked with the
+//! front-end library it needs (for the `rprof_emu.h` C API), cached per runtime, and run there.
 #![allow(dead_code)]
+
+#[path = "../../../tests/rocm_runtime/mod.rs"]
+pub mod rocm_runtime;
+
+pub use rocm_runtime::{Emulator, Runtime};
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -16,11 +23,7 @@ pub fn programs_dir() -> PathBuf {
 }
 
 fn cache_dir() -> PathBuf {
-    let dir = rprof_emu::test_support::profile_dir()
-        .expect("libhsakmt.so next to the test binary")
-        .join("emu-programs");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Runtime::selected().build_dir(&rocm_runtime::target_dir(), "emu-programs")
 }
 
 /// Runs `cmd` (a compiler invocation whose last argument is the output path) unless an output built from the same
@@ -50,17 +53,26 @@ pub fn build_cached(name: &str, inputs: &[&Path], make: impl Fn(&Path) -> Comman
     out
 }
 
-/// Directory to put on `LD_LIBRARY_PATH`.
-pub fn lib_dir() -> PathBuf {
+/// The emulated GPU under the selected runtime (the front-end library `cargo build --workspace` left next to
+/// the test binary's profile directory); fails the test with the reason when it is missing.
+pub fn emulator() -> Emulator {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    rprof_emu::test_support::library_dir().expect("emulator library dir")
+    Runtime::selected()
+        .emulator(&rocm_runtime::profile_dir())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A compiler of the selected runtime's root.
+pub fn compiler(program: &str) -> Command {
+    Runtime::selected().tool(program)
 }
 
 /// The OpenCL test kernels, compiled for `mcpu`.
 pub fn code_object(mcpu: &str) -> PathBuf {
     let src = programs_dir().join("kernels.cl");
+    let clang = Runtime::selected().kernel_clang();
     build_cached(&format!("kernels-{mcpu}.co"), &[&src], |out| {
-        let mut c = Command::new("clang-15");
+        let mut c = compiler(clang);
         c.args([
             "-x",
             "cl",
@@ -82,17 +94,31 @@ pub fn code_object(mcpu: &str) -> PathBuf {
 pub fn hsa_raw() -> PathBuf {
     let src = programs_dir().join("hsa_raw.cpp");
     let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rprof_emu.h");
-    let lib = lib_dir();
+    let emu = emulator();
     build_cached("hsa_raw", &[&src, &header], |out| {
-        let mut c = Command::new("g++");
+        let mut c = compiler("g++");
         c.args(["-O1", "-g", "-std=c++17"])
             .arg(format!("-I{}", header.parent().unwrap().display()))
             .arg(&src)
-            .arg(format!("-L{}", lib.display()))
-            .args(["-l:libhsakmt.so.1", "-lhsa-runtime64", "-lpthread", "-o"])
+            .args(&emu.link_args)
+            .args(["-lhsa-runtime64", "-lpthread", "-o"])
             .arg(out);
         c
     })
+}
+
+/// `timeout 120 <program>` on the selected runtime over the emulator (add arguments and environment).
+pub fn run_command(program: &Path) -> Command {
+    let emu = emulator();
+    let mut c = Command::new("timeout");
+    c.arg("120")
+        .args(Runtime::selected().argv(program, &emu.loader_env))
+        .env_remove("LD_PRELOAD")
+        .env_remove("LD_LIBRARY_PATH");
+    if Runtime::selected() == Runtime::Rocm52 {
+        c.envs(emu.loader_env.iter().map(|(k, v)| (k, v)));
+    }
+    c
 }
 
 /// Output of a program run over the emulator.
@@ -133,9 +159,8 @@ impl Run {
 
 /// Runs `program args` over the emulator with extra environment variables, with a timeout; asserts exit 0.
 pub fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut c = Command::new("timeout");
-    c.arg("120").arg(program).args(args);
-    c.env("LD_LIBRARY_PATH", lib_dir());
+    let mut c = run_command(program);
+    c.args(args);
     for (k, _) in std::env::vars() {
         if k.starts_with("RPROF_EMU_") {
             c.env_remove(k);
