@@ -1,7 +1,6 @@
 //! [`TraceWriter`]: one packet at a time into a `BufWriter`.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufWriter, Write};
 
 use flate2::{Compress, Compression, FlushCompress, Status};
@@ -316,10 +315,11 @@ pub struct TraceWriter<W: Write> {
     zbuf: Vec<u8>,
     /// Reused zlib stream (reset per bundle).
     deflate: Option<Compress>,
-    /// Reorder window (delta timestamps only): (timestamp, push order, slot).
-    window: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    /// Events pushed into the window so far.
-    pushed: u64,
+    /// Reorder window (delta timestamps only): (timestamp, slot), sorted by
+    /// timestamp, ties in push order. Records arrive nearly in time order,
+    /// so an insert scans back over a few entries at most (cheaper than a
+    /// heap's log n sift on every pop).
+    window: VecDeque<(u64, u32)>,
     /// Encoded events in the window, minus their timestamp and flags.
     slots: Vec<Vec<u8>>,
     free_slots: Vec<u32>,
@@ -362,12 +362,11 @@ impl<W: Write> TraceWriter<W> {
             deflate: options
                 .compress
                 .then(|| Compress::new(Compression::fast(), true)),
-            window: BinaryHeap::with_capacity(if options.delta_timestamps {
+            window: VecDeque::with_capacity(if options.delta_timestamps {
                 REORDER_WINDOW + 1
             } else {
                 0
             }),
-            pushed: 0,
             // Allocated up front so that filling the window is not
             // steady-state allocation; a slot grows only for an event larger
             // than any it held before.
@@ -865,8 +864,12 @@ impl<W: Write> TraceWriter<W> {
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
             u64::from(SEQUENCE_ID),
         );
-        self.window.push(Reverse((ts_ns, self.pushed, slot)));
-        self.pushed += 1;
+        // After every entry with a timestamp <= ts_ns: stable for ties.
+        let mut at = self.window.len();
+        while at > 0 && self.window[at - 1].0 > ts_ns {
+            at -= 1;
+        }
+        self.window.insert(at, (ts_ns, slot));
         self.packets += 1;
         if self.window.len() > REORDER_WINDOW {
             self.pop_window()?;
@@ -879,7 +882,7 @@ impl<W: Write> TraceWriter<W> {
     /// uses was interned before it was pushed, so its definition is in this
     /// packet or an earlier one.
     fn pop_window(&mut self) -> io::Result<()> {
-        let Some(Reverse((ts_ns, _, slot))) = self.window.pop() else {
+        let Some((ts_ns, slot)) = self.window.pop_front() else {
             return Ok(());
         };
         let (flags, has_interned) = self.next_flags_for(true, true);

@@ -36,6 +36,9 @@ struct Options {
     only: Vec<String>,
     /// Graph-storm launch counts (`--launches 200`); the default series if empty.
     launches: Vec<u32>,
+    /// `--runtime 6.1|6.4`: every run (traced and untraced) goes through
+    /// `scripts/rocm-env.sh VERSION --` (the runtime's root); 5.2 runs on the host.
+    runtime: Option<String>,
 }
 
 impl Options {
@@ -54,6 +57,7 @@ fn parse_args() -> Result<Options, String> {
         extra: Vec::new(),
         only: Vec::new(),
         launches: Vec::new(),
+        runtime: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +68,10 @@ fn parse_args() -> Result<Options, String> {
             "--reps" => o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--svg" => o.svg = Some(PathBuf::from(val()?)),
             "--quick" => o.quick = true,
+            "--runtime" => {
+                let v = val()?;
+                o.runtime = (v != "5.2").then_some(v);
+            }
             "--only" => o.only = val()?.split(',').map(str::to_owned).collect(),
             "--launches" => {
                 o.launches = val()?
@@ -77,7 +85,7 @@ fn parse_args() -> Result<Options, String> {
                 o.extra.push((k.into(), v.into()));
             }
             "-h" | "--help" => {
-                println!("usage: rprof-bench [--bin-dir DIR] [--work-dir DIR] [--reps N] [--quick] [--svg FILE] [--env K=V] [--only SECTIONS] [--launches I,...]");
+                println!("usage: rprof-bench [--bin-dir DIR] [--work-dir DIR] [--reps N] [--quick] [--svg FILE] [--env K=V] [--only SECTIONS] [--launches I,...] [--runtime 5.2|6.1|6.4]");
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {a}")),
@@ -105,7 +113,14 @@ const TRACED: &[&str] = &["--kernel-trace"];
 /// is the untraced run.
 fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]) -> RunResult {
     let rprof = o.bin_dir.join("rprof");
-    let mut cmd = Command::new(&rprof);
+    let mut cmd = match &o.runtime {
+        Some(v) => {
+            let mut c = Command::new("bash");
+            c.arg("scripts/rocm-env.sh").arg(v).arg("--").arg(&rprof);
+            c
+        }
+        None => Command::new(&rprof),
+    };
     let out_dir = o.work_dir.join("out");
     let traced = !mode.is_empty();
     cmd.args(["--device", "emulated"]).args(mode);
@@ -268,7 +283,13 @@ fn main() {
     let dispatch_bench = work.join("dispatch_bench");
     let code_object = work.join("bench_kernels.hsaco");
     let storm = work.join("graph_storm");
-    for p in [&dispatch_bench, &code_object, &storm] {
+    let raw_hsa = o.want("host") || o.want("roundtrip") || o.want("memory");
+    let needed: Vec<&PathBuf> = if raw_hsa {
+        vec![&dispatch_bench, &code_object, &storm]
+    } else {
+        vec![&storm]
+    };
+    for p in needed {
         if !p.exists() {
             eprintln!(
                 "rprof-bench: {} missing: run scripts/bench.sh (it builds the workloads)",
@@ -293,7 +314,8 @@ fn main() {
         .unwrap_or(0);
     let _ = writeln!(
         report,
-        "machine: {cpus} CPUs; emulated GPU (gfx90a); release build"
+        "machine: {cpus} CPUs; emulated GPU (gfx90a); release build; ROCm {}",
+        o.runtime.as_deref().unwrap_or("5.2 (host)")
     );
 
     // 1. Host time per dispatch on the submitting thread.
