@@ -99,6 +99,8 @@ fn parse_args() -> Result<Options, String> {
 struct RunResult {
     wall_s: f64,
     max_rss_kb: u64,
+    /// User + system CPU seconds of the run (rprof, the app and the emulated GPU).
+    cpu_s: f64,
     values: HashMap<String, String>,
     trace_bytes: u64,
     csv_rows: u64,
@@ -174,6 +176,8 @@ fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]
         ..Default::default()
     };
     r.max_rss_kb = ru.ru_maxrss as u64;
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    r.cpu_s = tv(ru.ru_utime) + tv(ru.ru_stime);
     for line in stdout.lines() {
         if let Some((k, v)) = line.split_once('=') {
             r.values.insert(k.trim().to_string(), v.trim().to_string());
@@ -377,8 +381,15 @@ fn main() {
     );
     let _ = writeln!(
         report,
-        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16}",
-        "dispatch", "untraced s", "traced s", "ratio", "ratio range", "B/dispatch", "rprof rss MiB"
+        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16} {:>14}",
+        "dispatch",
+        "untraced s",
+        "traced s",
+        "ratio",
+        "ratio range",
+        "B/dispatch",
+        "rprof rss MiB",
+        "CPU +us/disp"
     );
     for &i in launches {
         let is = i.to_string();
@@ -398,7 +409,7 @@ fn main() {
         let rows = t.last().map(|r| r.csv_rows).unwrap_or(0);
         let _ = writeln!(
             report,
-            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1}   (csv rows {rows})",
+            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1} {:>14.2}   (csv rows {rows})",
             dispatches,
             median(&mut series(&u, |r| r.wall_s)),
             median(&mut series(&t, |r| r.wall_s)),
@@ -406,7 +417,9 @@ fn main() {
             lo,
             hi,
             bytes,
-            rss
+            rss,
+            (median(&mut series(&t, |r| r.cpu_s)) - median(&mut series(&u, |r| r.cpu_s))) * 1e6
+                / dispatches
         );
         points.push((dispatches, ratio, lo, hi));
     }
