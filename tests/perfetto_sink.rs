@@ -23,8 +23,7 @@ use std::process::Command;
 use rprof_core::output::perfetto::{KernelArgs, PerfettoOptions, PerfettoSink, LAUNCH_TABLE_LIMIT};
 use rprof_core::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
 use rprof_core::sink::{KernelInfo, RecordSink};
-use rprof_perfetto::prost::Message;
-use rprof_perfetto::protos::{debug_annotation, trace_packet::Data, track_event, Trace};
+use rprof_perfetto::protos::{debug_annotation, trace_packet::Data, track_event};
 use rprof_perfetto::{ClockReadings, WriterOptions};
 use serde_json::Value;
 
