@@ -26,11 +26,6 @@ const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
 /// signal, not only the oldest [`SCAN_WINDOW`].
 const FULL_SCAN_EVERY: u32 = 16;
-/// An ordinary pass stops after this many unfinished signals in a row: the
-/// ones after them were submitted later and are most likely unfinished too
-/// (a full pass still reads them all). On the graph storm most of a pass's
-/// reads were of signals still pending.
-const MISS_RUN: usize = 32;
 
 /// The completion thread's view of `--serialize-kernels`: which agents'
 /// tokens are held, and the readiness order.
@@ -162,19 +157,12 @@ impl<S: DispatchSignal> Engine<S> {
             // Someone waits for this thread: a serialized dispatch for its
             // grant, or the app for a signal forwarded by the host.
             let mut latency_bound = false;
-            let mut misses = 0;
             for i in 0..limit {
                 if backend.signal_value(tracked[i].signal.handle()) <= 0 {
                     tracked.swap(i, done);
                     done += 1;
-                    misses = 0;
                 } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
                     latency_bound = true;
-                } else {
-                    misses += 1;
-                    if !full_scan && misses >= MISS_RUN {
-                        break;
-                    }
                 }
             }
             if done > 0 {
