@@ -38,8 +38,8 @@ root_ready() { # VERSION: waits for the root's build; fails with its log
 }
 
 # The end-to-end suites: every test binary that runs programs on a runtime over the emulated GPU.
-E2E=(-p rprof-core -p rprof-emu --test kernel_trace --test hip_programs --test hip_multiprocess --test rpc_workload
-     --test rpc_trace --test raw_hsa --test hip)
+E2E=(-p rprof-core -p rprof-emu --test kernel_trace --test chained_rewriter --test rocminfo --test hip_programs
+     --test hip_multiprocess --test rpc_workload --test rpc_trace --test raw_hsa --test hip --test security)
 
 run_step "format"              cargo fmt --all -- --check
 run_step "clippy"              cargo clippy --workspace --all-targets -- -D warnings

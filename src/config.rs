@@ -208,9 +208,20 @@ fn parse_regex(env: &dyn EnvSource, name: &'static str) -> Result<Option<Regex>,
     match env.get(name) {
         None => Ok(None),
         Some(v) if v.is_empty() => Ok(None),
-        Some(v) => Regex::new(&v)
-            .map(Some)
-            .map_err(|e| ConfigError::new(name, format!("invalid regex: {e}"))),
+        Some(v) => Regex::new(&v).map(Some).map_err(|e| {
+            // The regex crate's message spans several lines (pattern,
+            // caret, error); keep the one-line message users grep for.
+            let text = e.to_string();
+            let why = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string();
+            ConfigError::new(name, format!("invalid regex {v:?}: {why}"))
+        }),
     }
 }
 

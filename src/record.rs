@@ -14,7 +14,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DispatchRecord {
     /// Globally unique id linking the kernel to the interceptor call that
-    /// enqueued it (the Perfetto flow id): `pid << 32 | per-process counter`.
+    /// enqueued it (the Perfetto flow id): `(pid << 32) + per-process counter`
+    /// (64-bit, wrapping: never repeats within a process).
     pub correlation_id: u64,
     /// Per-process dispatch counter, starting at 1, in enqueue order.
     pub dispatch_id: u64,

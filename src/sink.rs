@@ -44,6 +44,13 @@ pub trait RecordSink {
         let _ = rec;
         Ok(())
     }
+    /// Pushes what is buffered to the file, at a record boundary, so the
+    /// file on disk is a readable prefix of the trace if the process is
+    /// killed. The writer calls it at least every 100 ms while records
+    /// flow. Sinks without buffers need not implement it.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Called once after the last record. Flushes and closes.
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()>;
 }

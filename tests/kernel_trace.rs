@@ -7,7 +7,9 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::process::Command;
 
-use support::{artifacts, check_pftrace, read_csv, run_rprof, run_traced, Load, Row, Run};
+use support::{
+    artifacts, check_pftrace, read_csv, run_rprof, run_rprof_into, run_traced, Load, Row, Run,
+};
 
 /// Grid size the program uses for each kernel.
 fn grid_of(name: &str) -> u64 {
@@ -453,4 +455,333 @@ fn through_the_rprof_command() {
     );
     let rows = assert_complete_trace(&serialized);
     assert_eq!(overlaps(&rows), 0);
+}
+
+/// A second run under a name an earlier run took is refused (outputs are
+/// never overwritten), the earlier run's files stay as they were, and the
+/// command reports none of them as this run's: neither "wrote" nor
+/// "incomplete" (it did both before).
+#[test]
+fn a_taken_output_name_leaves_the_earlier_files_alone_and_unreported() {
+    let first = run_rprof("rprof-cli-taken", &[], &["threads", "2", "10"]);
+    assert_eq!(assert_complete_trace(&first).len(), 20);
+    let csv = first.output("_kernel_trace.csv");
+    let before = std::fs::read(&csv).unwrap();
+    let second = run_rprof_into("rprof-cli-taken", &[], &["threads", "3", "10"]);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
+    assert!(
+        second.stderr.contains("already exists"),
+        "{}",
+        second.stderr
+    );
+    for word in ["rprof: wrote", "is incomplete"] {
+        assert!(
+            !second.stderr.contains(word),
+            "the earlier run's files reported as this run's:\n{}",
+            second.stderr
+        );
+    }
+    assert!(
+        second.stderr.contains("belong to an earlier run"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(std::fs::read(&csv).unwrap(), before);
+}
+
+/// The JSON output parsed, with its dispatch count checked against the CSV
+/// rows and the Perfetto trace validated: a whole trace, not a torn one.
+fn assert_whole_outputs(run: &Run) -> (Vec<Row>, serde_json::Value) {
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.output("_results.json")).unwrap())
+            .unwrap_or_else(|e| {
+                panic!(
+                    "_results.json is not valid JSON ({e}); stderr:\n{}",
+                    run.stderr
+                )
+            });
+    assert_eq!(
+        json["metadata"]["dispatches"].as_u64(),
+        Some(rows.len() as u64)
+    );
+    assert_eq!(
+        json["kernel_dispatches"].as_array().map(Vec::len),
+        Some(rows.len())
+    );
+    let ids: HashSet<u64> = rows.iter().map(|r| r.correlation_id).collect();
+    assert_eq!(ids.len(), rows.len(), "correlation ids must be unique");
+    check_pftrace(&run.output(".pftrace"));
+    (rows, json)
+}
+
+/// `rprof: wrote PATH` lines of the command's report.
+fn reported_written(run: &Run) -> BTreeSet<String> {
+    run.stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("rprof: wrote "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn exit_while_other_threads_keep_launching_flushes_a_whole_trace() {
+    // Issue 12: main calls exit(0) while 3 threads keep launching kernels on
+    // their own queues. It used to stall 10 s and abort in ROCr 5.2.3's
+    // intercept queue (hidden ring overflow), leaving torn outputs that
+    // rprof reported as written.
+    let run = run_rprof("exit-busy", &[], &["exit_busy", "3", "200"]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(5),
+        "took {:?}; stderr:\n{}",
+        run.elapsed,
+        run.stderr
+    );
+    let launched: u64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("AT_EXIT_LAUNCHED "))
+        .unwrap_or_else(|| panic!("no AT_EXIT_LAUNCHED in:\n{}", run.stdout))
+        .trim()
+        .parse()
+        .unwrap();
+    let (rows, json) = assert_whole_outputs(&run);
+    // Everything written before the flush began is traced.
+    assert!(
+        rows.len() as u64 >= launched,
+        "{} rows, {launched} launched before exit",
+        rows.len()
+    );
+    assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
+    let written = reported_written(&run);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            written.contains(&p),
+            "{p} not reported; stderr:\n{}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("incomplete"), "{}", run.stderr);
+}
+
+#[test]
+fn a_queue_gated_on_a_later_host_signal_costs_one_stall_not_one_per_launch() {
+    // 100 kernels with app signals behind a barrier on a host signal that
+    // the thread opens after launching them: 96 fit under the ring guard
+    // (kernel + forwarding barrier each, 3/4 of 256 slots); the 97th waits
+    // once (1 s without progress), the last 3 pass through untraced at once.
+    let run = run_traced("gated", &["gated", "100"], Load::ToolsLib, &[]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let secs: f64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GATED_SECONDS "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(secs < 3.0, "the gated launches took {secs} s");
+    let (rows, json) = assert_whole_outputs(&run);
+    let lost = json["metadata"]["records_lost"].as_u64().unwrap();
+    assert_eq!(rows.len(), 96);
+    assert_eq!(lost, 4);
+}
+
+#[test]
+fn two_copies_of_the_tool_library_trace_once() {
+    let a = artifacts();
+    let copy_dir = a.runs.join("second-tool-copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    let copy = copy_dir.join("librprof_tool.so");
+    std::fs::copy(&a.tool, &copy).unwrap();
+    let both = format!("{} {}", a.tool.display(), copy.display());
+    let run = run_traced(
+        "two-tool-copies",
+        &["threads", "2", "30"],
+        Load::ToolsLib,
+        &[("HSA_TOOLS_LIB", &both)],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 60);
+    assert_whole_outputs(&run);
+    assert_eq!(
+        run.stderr.matches("already traces this process").count(),
+        1,
+        "stderr:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn files_the_process_could_not_finish_are_never_reported_as_written() {
+    // `_exit` skips every flush: the files exist but are unfinished.
+    let run = run_rprof("underscore-exit", &[], &["exit", "50", "_exit"]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    assert!(reported_written(&run).is_empty(), "stderr:\n{}", run.stderr);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            run.stderr.contains(&format!("rprof: {p} is incomplete")),
+            "{p} not reported incomplete; stderr:\n{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn each_bad_configuration_gives_one_clear_message_and_the_app_runs_untraced() {
+    // (variable, value, what the one message must name)
+    let cases: [(&str, &str, &str); 7] = [
+        ("RPROF_OUTPUT_FORMAT", "xml", "RPROF_OUTPUT_FORMAT"),
+        (
+            "RPROF_KERNEL_EXCLUDE_REGEX",
+            "[z-a]",
+            "RPROF_KERNEL_EXCLUDE_REGEX",
+        ),
+        (
+            "RPROF_OUTPUT_DIR",
+            "/proc/rprof-cannot-create-this",
+            "cannot create the output files",
+        ),
+        ("RPROF_SIGNAL_POOL_SIZE", "lots", "RPROF_SIGNAL_POOL_SIZE"),
+        ("RPROF_SIGNAL_POOL_SIZE", "0", "RPROF_SIGNAL_POOL_SIZE"),
+        (
+            "RPROF_COMPLETION_MAX_BACKOFF_US",
+            "1ms",
+            "RPROF_COMPLETION_MAX_BACKOFF_US",
+        ),
+        (
+            "RPROF_FORWARD_APP_SIGNAL",
+            "maybe",
+            "RPROF_FORWARD_APP_SIGNAL",
+        ),
+    ];
+    for (i, (var, value, names)) in cases.iter().enumerate() {
+        let run = run_traced(
+            &format!("bad-config-{i}"),
+            &["threads", "2", "10"],
+            Load::ToolsLib,
+            &[(var, value)],
+        );
+        assert_eq!(run.code, Some(0), "{var}={value}: {}", run.stderr);
+        assert_eq!(run.launched().1, 20, "{var}={value}");
+        let messages: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("rprof:"))
+            .collect();
+        assert_eq!(
+            messages.len(),
+            1,
+            "{var}={value}: one clear message: {messages:?}"
+        );
+        assert!(
+            messages[0].contains(names),
+            "{var}={value}: {}",
+            messages[0]
+        );
+        assert!(
+            messages[0].contains("untraced"),
+            "{var}={value}: {}",
+            messages[0]
+        );
+        assert!(!run.output("_kernel_trace.csv").exists(), "{var}={value}");
+        assert!(!run.output("_results.json").exists(), "{var}={value}");
+    }
+    // The app's own exit status is kept.
+    let failing = run_traced(
+        "bad-config-exit-code",
+        &["no-such-mode"],
+        Load::ToolsLib,
+        &[("RPROF_SIGNAL_POOL_SIZE", "lots")],
+    );
+    assert_eq!(failing.code, Some(1), "{}", failing.stderr);
+    assert!(failing.stderr.contains("RPROF_SIGNAL_POOL_SIZE"));
+}
+
+#[test]
+fn a_full_disk_leaves_the_app_running_and_the_files_reported_incomplete() {
+    // A 64 KiB tmpfs (mounting needs root, as in CI): the trace of 3 x 400
+    // dispatches does not fit.
+    let a = artifacts();
+    let mnt = a.runs.join("full-disk-mnt");
+    let _ = Command::new("umount").arg(&mnt).status();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .expect("run mount");
+    assert!(
+        st.success(),
+        "mounting a 64 KiB tmpfs at {} failed (needs root)",
+        mnt.display()
+    );
+    let dir = mnt.to_str().unwrap().to_string();
+    let run = run_traced(
+        "full-disk",
+        &["threads", "3", "400"],
+        Load::ToolsLib,
+        &[("RPROF_OUTPUT_DIR", &dir)],
+    );
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.launched().1, 1200);
+    // Every file that could not be finished is named, with the reason.
+    let incomplete: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" is incomplete: "))
+        .collect();
+    assert!(!incomplete.is_empty(), "stderr:\n{}", run.stderr);
+    for l in &incomplete {
+        assert!(l.contains("No space left on device"), "{l}");
+    }
+}
+
+#[test]
+fn sigterm_and_sigint_flush_the_trace_then_end_the_app_by_the_signal() {
+    for (sig, code) in [("TERM", 128 + 15), ("INT", 128 + 2)] {
+        let run = run_rprof(&format!("signal-{sig}"), &[], &["signal", "90", sig, "0"]);
+        // The app's usual end for that signal: killed by it (rprof passes
+        // 128 + N through).
+        assert_eq!(run.code, Some(code), "SIG{sig}: {}", run.stderr);
+        assert_eq!(run.launched().1, 90);
+        let (rows, json) = assert_whole_outputs(&run);
+        assert_eq!(rows.len(), 90, "SIG{sig}");
+        assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
+        let written = reported_written(&run);
+        for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+            let p = run.output(suffix).display().to_string();
+            assert!(
+                written.contains(&p),
+                "SIG{sig}: {p} not reported; {}",
+                run.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_leaves_a_readable_prefix_flushed_within_100_ms() {
+    // All 90 kernels finish, then 400 ms pass before SIGKILL: with the
+    // periodic flush (every 100 ms) every one of them is on disk.
+    let run = run_rprof("signal-KILL", &[], &["signal", "90", "KILL", "400"]);
+    assert_eq!(run.code, Some(128 + 9), "{}", run.stderr);
+    assert_eq!(run.launched().1, 90);
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    assert_eq!(rows.len(), 90);
+    check_pftrace(&run.output(".pftrace"));
+    // Unfinished files are never reported as written.
+    assert!(reported_written(&run).is_empty(), "{}", run.stderr);
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            run.stderr.contains(&format!("rprof: {p} is incomplete")),
+            "{p}: {}",
+            run.stderr
+        );
+    }
 }

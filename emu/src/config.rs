@@ -210,7 +210,7 @@ impl Config {
     pub fn from_env() -> Result<Config, String> {
         let mut pairs: HashMap<String, String> = HashMap::new();
         if let Ok(path) = std::env::var("RPROF_EMU_CONFIG") {
-            let text = std::fs::read_to_string(&path)
+            let text = read_config_file(std::path::Path::new(&path))
                 .map_err(|e| format!("RPROF_EMU_CONFIG={path}: {e}"))?;
             for (k, v) in parse_file(&text)? {
                 pairs.insert(k, v);
@@ -241,6 +241,9 @@ impl Config {
                     }
                     if gpus.is_empty() {
                         return Err(format!("{k}: no GPU given"));
+                    }
+                    if gpus.len() > MAX_GPUS {
+                        return Err(format!("{k}: {} GPUs, at most {MAX_GPUS}", gpus.len()));
                     }
                     c.gpus = gpus;
                 }
@@ -333,6 +336,29 @@ impl Config {
     }
 }
 
+/// The largest configuration file read (a real one is a few lines).
+pub const MAX_CONFIG_BYTES: u64 = 64 << 10;
+/// The most GPUs a configuration may ask for.
+pub const MAX_GPUS: usize = 64;
+
+/// Reads a configuration file as untrusted input: at most
+/// [`MAX_CONFIG_BYTES`] (so `/dev/zero` or a huge file is an error, not an
+/// endless read), UTF-8.
+fn read_config_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "larger than {MAX_CONFIG_BYTES} bytes: not a configuration file"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
 fn parse_file(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -353,6 +379,88 @@ fn parse_file(text: &str) -> Result<Vec<(String, String)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Deterministic mutation fuzzing (stable Rust): a seed configuration
+    /// mutated by a fixed xorshift sequence must parse to a configuration or
+    /// an error, never a panic.
+    #[test]
+    fn fuzz_config_never_panics() {
+        let seed = "# emulator\nGPUS=gfx90a,gfx942\nCUS=8\nKERNEL_NS=add=1000,0x7f00=20,500\n\
+                    KFD_VERSION=1.14\nVRAM_MB=512\nAPU=0\nLOG=1\nSDMA=yes\n";
+        let pieces = [
+            "=",
+            ",",
+            "0x",
+            ".kd",
+            "#",
+            "\n",
+            "gfx",
+            "99999999999999999999",
+            ":",
+            "1.",
+            "-1",
+            "=",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut ok, mut errors) = (0u32, 0u32);
+        for _ in 0..20_000 {
+            let mut text = seed.as_bytes().to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % (text.len() as u64 + 1)) as usize;
+                match next() % 4 {
+                    0 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    1 if at < text.len() => text[at] = next() as u8,
+                    2 => {
+                        let p = pieces[(next() % pieces.len() as u64) as usize];
+                        text.splice(at..at, p.bytes()).for_each(drop);
+                    }
+                    _ => text.truncate(at),
+                }
+            }
+            let text = String::from_utf8_lossy(&text);
+            let result = std::panic::catch_unwind(|| {
+                parse_file(&text).and_then(|p| Config::from_pairs(&p.into_iter().collect()))
+            });
+            match result {
+                Ok(Ok(_)) => ok += 1,
+                Ok(Err(_)) => errors += 1,
+                Err(_) => panic!("config parsing panicked on {text:?}"),
+            }
+        }
+        assert_eq!(ok + errors, 20_000);
+        assert!(ok > 0 && errors > 0, "ok {ok}, errors {errors}");
+    }
+
+    #[test]
+    fn hostile_config_files_are_errors() {
+        let e = read_config_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e, "larger than 65536 bytes: not a configuration file");
+        let p = std::env::temp_dir().join(format!("rprof-emu-cfg-{}", std::process::id()));
+        std::fs::write(&p, b"GPUS=gfx90a\n\xff\xfe\n").unwrap();
+        assert_eq!(read_config_file(&p).unwrap_err(), "not UTF-8 text");
+        std::fs::write(&p, b"GPUS=gfx90a\n").unwrap();
+        assert_eq!(read_config_file(&p).unwrap(), "GPUS=gfx90a\n");
+        std::fs::remove_file(&p).unwrap();
+        let many = vec!["gfx90a"; MAX_GPUS + 1].join(",");
+        let e = Config::from_pairs(&pairs(&[("GPUS", &many)])).unwrap_err();
+        assert_eq!(e, "GPUS: 65 GPUs, at most 64");
+        let ok = vec!["gfx90a"; MAX_GPUS].join(",");
+        assert_eq!(
+            Config::from_pairs(&pairs(&[("GPUS", &ok)]))
+                .unwrap()
+                .gpus
+                .len(),
+            MAX_GPUS
+        );
+    }
 
     fn pairs(items: &[(&str, &str)]) -> HashMap<String, String> {
         items

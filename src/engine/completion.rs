@@ -187,6 +187,79 @@ impl<S: DispatchSignal> Engine<S> {
                     i += 1;
                 }
             }
+            let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
+            if stopping
+                && self.records_closed.load(Ordering::Acquire)
+                && !self.keep_guard.load(Ordering::Acquire)
+            {
+                // The guard after the stop ended (the runtime shuts down):
+                // forget what is still tracked (unrecorded) and return.
+                for entry in tracked.drain(..) {
+                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+                    std::mem::forget(entry.signal);
+                    if let Some(g) = entry.serial {
+                        std::mem::forget(g.ready);
+                        std::mem::forget(g.gate);
+                    }
+                }
+                return;
+            }
+            if stopping && !self.records_closed.load(Ordering::Acquire) {
+                // Everything published so far, including the newest entry.
+                while let Some(e) = self.pending.pop() {
+                    tracked.push_back(e);
+                }
+                // Recorded dispatches still running will not be waited for:
+                // counted lost. With the guard kept after the stop they stay
+                // tracked (unrecorded) until they finish, so their slots and
+                // signals come back; otherwise they are forgotten.
+                let keep = self.keep_guard.load(Ordering::Acquire);
+                let mut left = 0u64;
+                let mut i = 0;
+                while i < tracked.len() {
+                    if !tracked[i].recorded {
+                        i += 1;
+                        continue;
+                    }
+                    left += 1;
+                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    if keep {
+                        tracked[i].recorded = false;
+                        i += 1;
+                        continue;
+                    }
+                    let Some(entry) = tracked.swap_remove_back(i) else {
+                        break;
+                    };
+                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+                    // The signals may still be written by the device; leak
+                    // them rather than recycle signals that are in use.
+                    std::mem::forget(entry.signal);
+                    if let Some(g) = entry.serial {
+                        std::mem::forget(g.ready);
+                        std::mem::forget(g.gate);
+                    }
+                }
+                self.count_lost(left);
+                self.records_closed.store(true, Ordering::Release);
+                self.writer_wake.notify();
+                if !keep {
+                    // Unrecorded leftovers: forgotten as well.
+                    for entry in tracked.drain(..) {
+                        entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+                        std::mem::forget(entry.signal);
+                        if let Some(g) = entry.serial {
+                            std::mem::forget(g.ready);
+                            std::mem::forget(g.gate);
+                        }
+                    }
+                    return;
+                }
+                continue;
+            }
             let serial_changed =
                 self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
             if done > 0 || dropped > 0 || serial_changed {
@@ -207,31 +280,13 @@ impl<S: DispatchSignal> Engine<S> {
                 }
                 continue;
             }
-            let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
-            if stopping && self.pending.is_empty() {
-                // Whatever is still tracked will not be waited for.
-                let left = tracked.len() as u64;
-                for entry in tracked.drain(..) {
-                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
-                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    // The signals may still be written by the device; leak
-                    // them rather than recycle signals that are in use.
-                    std::mem::forget(entry.signal);
-                    if let Some(g) = entry.serial {
-                        std::mem::forget(g.ready);
-                        std::mem::forget(g.gate);
-                    }
-                }
-                self.count_lost(left);
-                self.writer_wake.notify();
-                return;
-            }
             if tracked.is_empty() {
                 self.completion_wake
                     .sleep(SleepKind::Parked, PARK_TIMEOUT, || {
                         !self.pending.is_empty()
-                            || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+                            || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+                                && (!self.records_closed.load(Ordering::Acquire)
+                                    || !self.keep_guard.load(Ordering::Acquire)))
                     });
                 sleep = min_sleep;
             } else if latency_bound {
@@ -258,13 +313,25 @@ impl<S: DispatchSignal> Engine<S> {
     fn abandon(&self, entry: InFlight<S>) {
         entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
-        self.count_lost(1);
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if entry.recorded {
+            self.count_lost(1);
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
         drop(entry);
     }
 
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
         let slots = entry.slots();
+        if !entry.recorded {
+            // Tracked only for the ring guard: recycle, record nothing.
+            if entry.host_forward != 0 {
+                backend.forward(entry.host_forward);
+            }
+            entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+            entry.queue.slots.fetch_sub(slots, Ordering::AcqRel);
+            drop(entry);
+            return;
+        }
         let InFlight {
             mut record,
             queue,
@@ -295,17 +362,34 @@ impl<S: DispatchSignal> Engine<S> {
         queue.slots.fetch_sub(slots, Ordering::AcqRel);
         let mut rec = Record::Dispatch(record);
         let mut waited = 0u32;
+        let mut seen = self.writer_progress.load(Ordering::Acquire);
+        let mut since = None::<std::time::Instant>;
         loop {
             match self.records.push(rec) {
                 Ok(()) => break,
-                Err(_) if self.writer_gone.load(Ordering::Acquire) => {
+                Err(_)
+                    if self.writer_gone.load(Ordering::Acquire)
+                        || self.writer_stalled.load(Ordering::Acquire) =>
+                {
                     self.count_lost(1);
                     break;
                 }
                 Err(back) => {
-                    // Never drop: wait for the writer.
+                    // Wait for the writer while it makes progress (back-
+                    // pressure, never loss); a writer that takes nothing
+                    // for WRITER_STALL is stuck: drop instead of waiting.
                     rec = back;
                     self.writer_wake.notify();
+                    let now_seen = self.writer_progress.load(Ordering::Acquire);
+                    if now_seen != seen {
+                        seen = now_seen;
+                        since = None;
+                    }
+                    let start = *since.get_or_insert_with(std::time::Instant::now);
+                    if start.elapsed() >= super::WRITER_STALL {
+                        self.writer_stalled.store(true, Ordering::Release);
+                        continue;
+                    }
                     waited += 1;
                     if waited < 16 {
                         std::thread::yield_now();

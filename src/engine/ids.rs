@@ -7,10 +7,13 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Hands out dispatch ids (a per-process counter from 1) and correlation ids
-/// (`pid << 32 | counter`, so that traces of several processes merge without
-/// clashes). One atomic add per interceptor call, however many dispatches
-/// the call carries.
+/// Hands out dispatch ids (a per-process 64-bit counter from 1) and
+/// correlation ids (`(pid << 32) + counter`, wrapping in 64 bits). Below 2^32
+/// dispatches that is `pid << 32 | counter`, so traces of several processes
+/// merge without clashes; past 2^32 dispatches the ids keep counting up
+/// instead of repeating (a process's ids never repeat before 2^64). One
+/// atomic add per interceptor call, however many dispatches the call
+/// carries.
 #[derive(Debug)]
 pub struct IdAllocator {
     pid_high: u64,
@@ -34,7 +37,7 @@ impl IdRange {
 
     /// Correlation id of the `i`-th dispatch of the range.
     pub fn correlation_id(&self, i: u64) -> u64 {
-        self.pid_high | (self.dispatch_id(i) & 0xffff_ffff)
+        self.pid_high.wrapping_add(self.dispatch_id(i))
     }
 
     /// Number of ids in the range.
@@ -54,6 +57,15 @@ impl IdAllocator {
         IdAllocator {
             pid_high: u64::from(pid) << 32,
             next: AtomicU64::new(1),
+        }
+    }
+
+    /// An allocator for process `pid` whose next dispatch id is `next`
+    /// (tests start near 2^32 this way).
+    pub fn starting_at(pid: u32, next: u64) -> Self {
+        IdAllocator {
+            pid_high: u64::from(pid) << 32,
+            next: AtomicU64::new(next.max(1)),
         }
     }
 
@@ -127,6 +139,29 @@ mod tests {
         assert_eq!(a.correlation_id(1), 0x1234_0000_0002);
         assert_eq!(b.correlation_id(1), 0x1234_0000_0005);
         assert_eq!(ids.issued(), 5);
+    }
+
+    #[test]
+    fn ids_do_not_repeat_after_two_to_the_32_dispatches() {
+        let early = IdAllocator::new(0x1234).reserve(3);
+        let ids = IdAllocator::starting_at(0x1234, (1 << 32) - 1);
+        let r = ids.reserve(3);
+        assert_eq!(r.dispatch_id(0), (1 << 32) - 1);
+        assert_eq!(r.dispatch_id(2), (1 << 32) + 1);
+        assert_eq!(r.correlation_id(0), 0x1234_ffff_ffff);
+        assert_eq!(r.correlation_id(1), 0x1235_0000_0000);
+        assert_eq!(r.correlation_id(2), 0x1235_0000_0001);
+        // Consecutive: a batch's ids are first + i, as the sinks assume.
+        for i in 0..3 {
+            assert_eq!(r.correlation_id(i), r.correlation_id(0) + i);
+        }
+        // None of them equals an id the process handed out at the start.
+        for i in 0..3 {
+            for j in 0..3 {
+                assert_ne!(r.correlation_id(i), early.correlation_id(j));
+            }
+        }
+        assert_eq!(ids.issued(), (1 << 32) + 1);
     }
 
     #[test]

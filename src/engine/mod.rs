@@ -79,6 +79,12 @@ pub trait SignalSource<S: DispatchSignal> {
     fn available(&self) -> usize;
     /// Total signals the source can have out at once.
     fn capacity(&self) -> usize;
+    /// True once the source can never hand out a signal again (the runtime
+    /// failed to create any, or the source is closed): the interceptor then
+    /// passes kernels through untraced at once instead of waiting.
+    fn never_available(&self) -> bool {
+        false
+    }
 }
 
 /// What the completion thread needs from the device side.
@@ -113,6 +119,12 @@ pub struct QueueContext {
     slots: AtomicU64,
     /// The runtime destroyed the queue: its unfinished packets never run.
     destroyed: AtomicBool,
+    /// A wait for ring space on this queue once ended without room (the
+    /// device made no progress: e.g. the queue's head waits for a host
+    /// signal the submitting thread sets later). From then on the queue
+    /// never waits: a call without room passes its packets through
+    /// untraced (counted lost).
+    ring_wait_gave_up: AtomicBool,
 }
 
 impl QueueContext {
@@ -126,7 +138,14 @@ impl QueueContext {
             slot_limit: 0,
             slots: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
+            ring_wait_gave_up: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a wait for ring space on this queue ever gave up (the queue
+    /// no longer waits).
+    pub fn ring_wait_gave_up(&self) -> bool {
+        self.ring_wait_gave_up.load(Ordering::Acquire)
     }
 
     /// Tells the completion thread that the queue is gone: dispatches of it
@@ -180,6 +199,11 @@ pub struct InFlight<S> {
     pub host_forward: u64,
     /// With `--serialize-kernels`: the two barriers in front of the kernel.
     pub serial: Option<SerialGate<S>>,
+    /// Whether the dispatch is recorded. Dispatches submitted after
+    /// recording stopped are still rewritten and tracked, only so that the
+    /// ring guard keeps working (see [`Engine::keep_guard_after_stop`]);
+    /// they produce no record and are not counted in [`Engine::in_flight`].
+    pub recorded: bool,
 }
 
 impl<S> InFlight<S> {
@@ -322,6 +346,10 @@ impl Default for EngineOptions {
     }
 }
 
+/// Longest an interceptor waits for ring space while none of the queue's
+/// traced packets finishes (see `Engine::wait_for_ring_space`).
+pub const RING_STALL: Duration = Duration::from_secs(1);
+
 const RUNNING: u8 = 0;
 const FINALIZING: u8 = 1;
 const STOP_COMPLETION: u8 = 2;
@@ -362,6 +390,49 @@ pub struct Engine<S> {
     state: AtomicU8,
     /// Reusable storage for batches larger than the inline capacities.
     spares: ArrayQueue<SpareStorage<S>>,
+    /// Interceptor calls that passed the tracing check and may still add
+    /// recorded dispatches; shutdown waits for them (bounded).
+    recording_calls: AtomicU64,
+    /// After recording stops, the completion thread keeps recycling the
+    /// signals and ring slots of dispatches submitted later, so the ring
+    /// guard goes on (the at-exit flush while app threads keep launching).
+    keep_guard: AtomicBool,
+    /// The completion thread has settled every recorded dispatch (recorded
+    /// or counted lost) after shutdown: the writer may finish.
+    records_closed: AtomicBool,
+    /// Records the writer has taken off the record queue (its progress).
+    writer_progress: AtomicU64,
+    /// The writer made no progress for [`WRITER_STALL`] while the record
+    /// queue was full (stuck on a FIFO nobody reads, a hung file system):
+    /// records that do not fit are dropped (counted lost) instead of
+    /// waited for, until it moves again.
+    writer_stalled: AtomicBool,
+}
+
+/// Longest the completion thread waits for a writer that takes no record
+/// at all before it drops records (counted lost) instead of waiting.
+pub const WRITER_STALL: Duration = Duration::from_secs(2);
+
+/// Joins `handle` if its thread ends within `timeout`; otherwise leaves it
+/// running (detached) and returns `None`. Teardown never blocks longer.
+pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
+    let start = Instant::now();
+    while !handle.is_finished() {
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    handle.join().ok()
+}
+
+/// Decrements a counter when dropped (also on unwinding).
+struct CountedCall<'a>(&'a AtomicU64);
+
+impl Drop for CountedCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -381,6 +452,11 @@ impl<S: DispatchSignal> Engine<S> {
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
             spares: ArrayQueue::new(SPARE_BATCHES),
+            recording_calls: AtomicU64::new(0),
+            keep_guard: AtomicBool::new(false),
+            records_closed: AtomicBool::new(false),
+            writer_progress: AtomicU64::new(0),
+            writer_stalled: AtomicBool::new(false),
             options,
         }
     }
@@ -408,6 +484,52 @@ impl<S: DispatchSignal> Engine<S> {
     /// Whether new work is still traced (false once finalization began).
     pub fn is_tracing(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// Whether the completion thread still recycles slots and signals, so an
+    /// interceptor may wait for them.
+    fn is_guarding(&self) -> bool {
+        !self.completion_gone.load(Ordering::Acquire)
+            && (self.state.load(Ordering::Acquire) < STOP_COMPLETION
+                || self.keep_guard.load(Ordering::Acquire))
+    }
+
+    /// Asks the completion thread to keep running after shutdown, only to
+    /// recycle the signals and ring slots of dispatches submitted after
+    /// recording stopped: app threads that keep launching while the process
+    /// exits still get the ring guard (without it ROCr 5.2.3 aborts on a
+    /// second overflow of its hidden ring). Call before
+    /// [`Engine::begin_shutdown`]; then wait for
+    /// [`Engine::records_closed`] instead of joining the completion thread.
+    pub fn keep_guard_after_stop(&self) {
+        self.keep_guard.store(true, Ordering::Release);
+    }
+
+    /// Whether the writer was found stuck (no record taken for
+    /// [`WRITER_STALL`] with the record queue full) and has not moved since.
+    pub fn writer_stalled(&self) -> bool {
+        self.writer_stalled.load(Ordering::Acquire)
+    }
+
+    /// Records waiting in the record queue (not yet taken by the writer).
+    pub fn records_queued(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Ends what [`Engine::keep_guard_after_stop`] started: the completion
+    /// thread forgets what it still tracks and returns, and interceptors
+    /// pass packets through untouched. Call before the runtime shuts down
+    /// (its signals go away with it).
+    pub fn stop_guard(&self) {
+        self.keep_guard.store(false, Ordering::Release);
+        self.completion_wake.notify();
+    }
+
+    /// Whether the completion thread has settled every recorded dispatch
+    /// after [`Engine::begin_shutdown`] (it has returned, or it only
+    /// recycles unrecorded dispatches now).
+    pub fn records_closed(&self) -> bool {
+        self.records_closed.load(Ordering::Acquire)
     }
 
     /// Counts `n` records or dispatches that could not be recorded.
@@ -524,6 +646,7 @@ impl<S: DispatchSignal> Engine<S> {
                 forwarded: by_barrier,
                 host_forward: if by_barrier { 0 } else { app_signal },
                 serial,
+                recorded: true,
             });
         }
         ids
@@ -541,7 +664,29 @@ impl<S: DispatchSignal> Engine<S> {
         write: impl FnOnce(&[RawPacket]),
     ) {
         let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count();
-        if !self.is_tracing() || kernels == 0 {
+        if kernels == 0 {
+            write(packets);
+            return;
+        }
+        // Announce the call before looking at the state (both SeqCst):
+        // either shutdown sees the call and waits for it, or the call sees
+        // that recording stopped. A call past this check always ends with
+        // its dispatches recorded or counted lost.
+        self.recording_calls.fetch_add(1, Ordering::SeqCst);
+        let call = CountedCall(&self.recording_calls);
+        let recorded = self.state.load(Ordering::SeqCst) == RUNNING;
+        if !recorded {
+            drop(call);
+            if !self.is_guarding() {
+                write(packets);
+                return;
+            }
+            self.guard_only(queue, packets, kernels, source, write);
+            return;
+        }
+        // Room in the ring first, for as many slots as the batch can take.
+        if !self.wait_for_ring_space(queue, self.slots_needed(packets)) {
+            self.count_lost(kernels as u64);
             write(packets);
             return;
         }
@@ -591,7 +736,6 @@ impl<S: DispatchSignal> Engine<S> {
         );
         let traced = batch.dispatches.len() as u64;
         let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
-        self.wait_for_ring_space(queue, slots);
         // Count before the device can possibly finish them.
         queue.slots.fetch_add(slots, Ordering::AcqRel);
         queue.in_flight.fetch_add(traced, Ordering::AcqRel);
@@ -631,6 +775,7 @@ impl<S: DispatchSignal> Engine<S> {
                 drop(b);
             }
         }
+        drop(call);
         if large {
             // Keep the heap storage for the next large batch (dropped only
             // if more large batches than SPARE_BATCHES were built at once).
@@ -647,6 +792,65 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
+    /// An interceptor call after recording stopped, while the completion
+    /// thread still recycles: the kernels are rewritten and tracked as
+    /// before (so the ring guard holds), but nothing is recorded and
+    /// nothing is counted. Kernels that cannot be tracked pass through.
+    fn guard_only(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        kernels: usize,
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        if kernels > BATCH_INLINE_DISPATCHES
+            || packets.len() + kernels * 3 > BATCH_INLINE_PACKETS
+            || !self.wait_for_ring_space(queue, self.slots_needed(packets))
+        {
+            write(packets);
+            return;
+        }
+        let mut batch = PacketBatch {
+            packets: SmallVec::new(),
+            dispatches: SmallVec::new(),
+            untraced: 0,
+        };
+        let mut signals = SmallVec::new();
+        self.build_batch(
+            &mut batch,
+            &mut signals,
+            queue,
+            packets,
+            kernels,
+            source,
+            boottime_ns(),
+            0,
+        );
+        let slots: u64 = batch.dispatches.iter().map(InFlight::slots).sum();
+        queue.slots.fetch_add(slots, Ordering::AcqRel);
+        queue
+            .in_flight
+            .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
+        write(&batch.packets);
+        for mut entry in batch.dispatches.drain(..) {
+            entry.recorded = false;
+            if let Err(b) = self.pending.push(entry) {
+                // Nobody will see it complete: release its slots now and
+                // keep its signals out of the pool (the device may still
+                // write them).
+                queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
+                let InFlight { signal, serial, .. } = b;
+                std::mem::forget(signal);
+                std::mem::forget(serial);
+            }
+        }
+        if self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
     /// Asks the completion thread to poll now (an interceptor is waiting):
     /// on the first round of a wait and every 16th after.
     fn wake_urgently(&self, round: u32) {
@@ -656,15 +860,38 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
-    /// Waits (bounded by [`EngineOptions::pool_wait`]) until the queue's ring
-    /// has room for `slots` more traced slots; see [`QueueContext::with_ring`].
-    fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) {
-        if queue.slot_limit == 0 {
-            return;
+    /// Ring slots the traced form of `packets` takes at most: each kernel,
+    /// its forwarding barrier when the app gave a signal, and the two gate
+    /// barriers when serialized.
+    fn slots_needed(&self, packets: &[RawPacket]) -> u64 {
+        let per_kernel = 1 + if self.options.serialize { 2 } else { 0 };
+        packets
+            .iter()
+            .filter(|p| p.is_kernel_dispatch())
+            .map(|p| {
+                per_kernel + u64::from(p.completion_signal() != 0 && !self.options.host_forwarding)
+            })
+            .sum()
+    }
+
+    /// Waits until the queue's ring has room for `slots` more traced slots
+    /// (see [`QueueContext::with_ring`]); returns whether there is room.
+    ///
+    /// The wait ends without room after [`RING_STALL`] in which none of the
+    /// queue's traced packets finished (or [`EngineOptions::pool_wait`] in
+    /// all): the device cannot make progress on this queue by itself (its
+    /// head waits for something the app does later). Such a queue never
+    /// waits again: later calls without room return `false` at once.
+    fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) -> bool {
+        if queue.slot_limit == 0 || slots == 0 {
+            return true;
         }
         let need = slots.min(queue.slot_limit);
         if queue.slots_in_use() + need <= queue.slot_limit {
-            return;
+            return true;
+        }
+        if queue.ring_wait_gave_up() {
+            return false;
         }
         // Hysteresis: once full, wait for an eighth of the ring to drain, so
         // that a full queue costs one wake-up per many dispatches. A batch
@@ -674,11 +901,26 @@ impl<S: DispatchSignal> Engine<S> {
         let low_water = queue.slot_limit - queue.slot_limit / 8;
         let target = low_water.saturating_sub(need);
         let start = Instant::now();
+        let mut progress = start;
+        let mut last = queue.slots_in_use();
         let mut rounds = 0u32;
-        while queue.slots_in_use() > target
-            && start.elapsed() < self.options.pool_wait
-            && self.is_tracing()
-        {
+        loop {
+            let now_in_use = queue.slots_in_use();
+            if now_in_use <= target {
+                return true;
+            }
+            if !self.is_guarding() {
+                // Nothing traced any more: the completion thread is gone.
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
+            if now_in_use < last {
+                last = now_in_use;
+                progress = Instant::now();
+            }
+            if progress.elapsed() >= RING_STALL || start.elapsed() >= self.options.pool_wait {
+                queue.ring_wait_gave_up.store(true, Ordering::Release);
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
             self.wake_urgently(rounds);
             if rounds < 64 {
                 std::thread::yield_now();
@@ -717,6 +959,7 @@ impl<S: DispatchSignal> Engine<S> {
             // A batch larger than the whole pool can never be served whole:
             // trace what fits, the rest passes through (counted lost).
             if count > source.capacity()
+                || source.never_available()
                 || started.elapsed() >= self.options.pool_wait
                 || !self.is_tracing()
             {
@@ -748,6 +991,13 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     fn push_record_from_app_thread(&self, rec: Record) {
+        if self.writer_stalled.load(Ordering::Acquire) {
+            // A stuck writer: no app thread waits for it.
+            if self.records.push(rec).is_err() {
+                self.count_lost(1);
+            }
+            return;
+        }
         let deadline = Instant::now() + Duration::from_millis(100);
         if push_bounded(&self.records, rec, deadline, || self.writer_wake.notify()).is_err() {
             self.count_lost(1);
@@ -760,8 +1010,13 @@ impl<S: DispatchSignal> Engine<S> {
     pub fn begin_shutdown(&self, timeout: Duration) -> u64 {
         let _ =
             self.state
-                .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
+                .compare_exchange(RUNNING, FINALIZING, Ordering::SeqCst, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
+        // Calls that passed the tracing check before it changed add their
+        // dispatches to the in-flight count shortly; wait for them first.
+        while self.recording_calls.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(50));
+        }
         while self.in_flight() > 0
             && Instant::now() < deadline
             && !self.completion_gone.load(Ordering::Acquire)
@@ -798,6 +1053,14 @@ impl<S: DispatchSignal> Engine<S> {
         let _ =
             self.state
                 .compare_exchange(RUNNING, FINALIZING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// In a child created by `fork`: rprof's threads do not exist there, so
+    /// nothing is traced or guarded and nobody waits for them.
+    pub fn forked_child(&self) {
+        self.completion_gone.store(true, Ordering::Release);
+        self.writer_gone.store(true, Ordering::Release);
+        self.stop_tracing_now();
     }
 
     /// Tells the writer that no more records will come (call after the

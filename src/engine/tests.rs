@@ -116,6 +116,8 @@ struct FakeDevice {
     ring: Mutex<VecDeque<RawPacket>>,
     signals: Arc<Signals>,
     stop: AtomicBool,
+    /// While set, the device runs nothing (a busy GPU).
+    paused: AtomicBool,
     kernels: AtomicU64,
     barriers: AtomicU64,
     gates: AtomicU64,
@@ -124,6 +126,10 @@ struct FakeDevice {
 impl FakeDevice {
     fn run(&self) {
         loop {
+            if self.paused.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+                continue;
+            }
             let p = self.ring.lock().unwrap().pop_front();
             let Some(p) = p else {
                 if self.stop.load(Ordering::SeqCst) {
@@ -275,6 +281,7 @@ impl Harness {
             ring: Mutex::new(VecDeque::new()),
             signals: signals.clone(),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             kernels: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             gates: AtomicU64::new(0),
@@ -1186,4 +1193,439 @@ fn long_batches_allocate_nothing_in_steady_state() {
 #[test]
 fn long_serialized_batches_allocate_nothing_in_steady_state() {
     long_batches_allocate_nothing(true);
+}
+
+#[test]
+fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_stall() {
+    // The app's queue starts with a barrier on a host signal that the
+    // submitting thread opens only after its launches; the device cannot
+    // free ring slots until then. One wait of RING_STALL, then the queue
+    // never waits again: the launches that do not fit pass through
+    // untraced (counted lost).
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 64,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(3),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    );
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    let host_gate = 3000u64;
+    h.submit(&q, &[RawPacket::gate_barrier(host_gate)]);
+    let t0 = Instant::now();
+    let mut call_times = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        h.submit(&q, &[kernel_packet(1, 2000)]);
+        call_times.push(t.elapsed());
+    }
+    let took = t0.elapsed();
+    // 6 kernels with their forwarding barriers fill the 12 slots; the 7th
+    // waits RING_STALL; the last 3 do not wait at all.
+    assert!(
+        took < RING_STALL + Duration::from_millis(700),
+        "took {took:?}"
+    );
+    assert!(call_times[6] >= RING_STALL, "{call_times:?}");
+    for t in &call_times[7..] {
+        assert!(*t < Duration::from_millis(100), "{call_times:?}");
+    }
+    assert!(q.ring_wait_gave_up());
+    assert_eq!(h.engine.counters().lost.load(Ordering::SeqCst), 4);
+    h.signals.value[Signals::idx(host_gate)].store(0, Ordering::SeqCst);
+    let (outcome, collected, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 6);
+    assert_eq!(outcome.metadata.records_lost, 4);
+    assert_eq!(collected.dispatches.len(), 6);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 10);
+    assert_eq!(q.slots_in_use(), 0);
+}
+
+/// A pool whose first acquire stalls (the interceptor is past the tracing
+/// check, preempted before it counts its dispatch in flight).
+struct StallingSource {
+    inner: Arc<FakePool>,
+    first: AtomicBool,
+    entered: std::sync::mpsc::SyncSender<()>,
+}
+
+impl SignalSource<FakeSignal> for StallingSource {
+    fn try_acquire(&self) -> Option<FakeSignal> {
+        if self.first.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.inner.try_acquire()
+    }
+    fn available(&self) -> usize {
+        self.inner.available()
+    }
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+}
+
+#[test]
+fn a_dispatch_past_the_tracing_check_when_shutdown_begins_is_recorded() {
+    let h = Harness::new(8, Names::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let source = StallingSource {
+        inner: h.pool.clone(),
+        first: AtomicBool::new(true),
+        entered: tx,
+    };
+    let (engine, device) = (h.engine.clone(), h.device.clone());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let app = std::thread::spawn(move || {
+        engine.intercept(&q, &[kernel_packet(1, 0)], &source, |out| {
+            device.ring.lock().unwrap().extend(out.iter().copied());
+        });
+    });
+    rx.recv().unwrap();
+    // Shutdown begins while the call is inside the interceptor.
+    let (outcome, collected, device) = h.finish();
+    app.join().unwrap();
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 1);
+    // It ran, so it is recorded (or, at worst, counted lost): never neither.
+    assert_eq!(outcome.metadata.dispatches, 1);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(collected.dispatches.len(), 1);
+    assert_eq!(collected.intercepts.len(), 1);
+}
+
+#[test]
+fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching() {
+    let mut h = Harness::new(64, Names::default());
+    h.engine.keep_guard_after_stop();
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    let stop = Arc::new(AtomicBool::new(false));
+    let after_close = Arc::new(AtomicU64::new(0));
+    let max_backlog = Arc::new(AtomicU64::new(0));
+    let worker = {
+        let (engine, device, pool, q, stop, after_close, max_backlog) = (
+            h.engine.clone(),
+            h.device.clone(),
+            h.pool.clone(),
+            q.clone(),
+            stop.clone(),
+            after_close.clone(),
+            max_backlog.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let closed = engine.records_closed();
+                engine.intercept(&q, &[kernel_packet(1, 2000)], &*pool, |out| {
+                    let mut ring = device.ring.lock().unwrap();
+                    ring.extend(out.iter().copied());
+                    max_backlog.fetch_max(ring.len() as u64, Ordering::SeqCst);
+                });
+                if closed {
+                    after_close.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    // The at-exit flush: stop recording, wait for what was recorded, let
+    // the writer finish, while the app thread keeps launching.
+    let t0 = Instant::now();
+    let left = h.engine.begin_shutdown(Duration::from_secs(5));
+    while !h.engine.records_closed() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(h.engine.records_closed());
+    h.engine.stop_writer();
+    let outcome = h.writer.take().unwrap().join().unwrap();
+    let flush = t0.elapsed();
+    // A busy device after the flush: the app thread keeps submitting.
+    h.device.paused.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    h.device.paused.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::SeqCst);
+    worker.join().unwrap();
+    assert_eq!(left, 0);
+    assert!(flush < Duration::from_millis(500), "flush took {flush:?}");
+    assert!(after_close.load(Ordering::SeqCst) > 0);
+    assert!(
+        max_backlog.load(Ordering::SeqCst) <= 12,
+        "the device ring held {} packets of a 12-slot queue",
+        max_backlog.load(Ordering::SeqCst)
+    );
+    let collected = std::mem::take(&mut *h.collected.lock().unwrap());
+    let m = outcome.metadata;
+    assert_eq!(m.records_lost, 0);
+    assert_eq!(m.dispatches, collected.dispatches.len() as u64);
+    assert!(m.dispatches > 0);
+    let ids: HashSet<u64> = collected
+        .dispatches
+        .iter()
+        .map(|(d, _)| d.dispatch_id)
+        .collect();
+    assert_eq!(ids.len(), collected.dispatches.len());
+    // Every recorded dispatch has its interceptor slice.
+    assert_eq!(collected.intercepts.len(), collected.dispatches.len());
+    // The completion thread keeps recycling until the runtime shuts down,
+    // then returns when told to.
+    assert!(!h.threads[1].is_finished());
+    h.engine.stop_guard();
+    h.device.stop.store(true, Ordering::SeqCst);
+    for t in h.threads.drain(..) {
+        assert!(
+            join_within(t, Duration::from_secs(2)).is_some(),
+            "a thread did not stop"
+        );
+    }
+}
+
+/// A sink stuck in its first write (a FIFO nobody reads, a hung file
+/// system) until `release` is set.
+struct StuckSink(Arc<AtomicBool>);
+
+impl RecordSink for StuckSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        while !self.0.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
+    let signals = Signals::new();
+    let pool = Arc::new(FakePool::new(signals.clone(), 8));
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        pid: 1,
+        max_in_flight: 8,
+        record_queue: 8,
+        pool_wait: Duration::from_secs(1),
+        min_backoff: Duration::from_micros(50),
+        max_backoff: Duration::from_micros(500),
+        serialize: false,
+        host_forwarding: false,
+    }));
+    let (e, b) = (
+        engine.clone(),
+        FakeBackend {
+            signals: signals.clone(),
+        },
+    );
+    let completion = std::thread::spawn(move || e.run_completion(&b));
+    let release = Arc::new(AtomicBool::new(false));
+    let (e, r) = (engine.clone(), release.clone());
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(StuckSink(r))];
+        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+    });
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let t0 = Instant::now();
+    const N: u64 = 30;
+    for _ in 0..N {
+        engine.intercept(&q, &[kernel_packet(1, 0)], &*pool, |out| {
+            for p in out {
+                let s = p.completion_signal();
+                if s != 0 && s < 1000 {
+                    signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    // The teardown of the flush, bounded.
+    let left = engine.begin_shutdown(Duration::from_secs(3));
+    let joined = join_within(completion, Duration::from_secs(3));
+    engine.stop_writer();
+    let outcome = join_within(writer, Duration::from_millis(200));
+    let took = t0.elapsed();
+    assert_eq!(left, 0);
+    assert!(
+        joined.is_some(),
+        "the completion thread hung behind the writer"
+    );
+    assert!(outcome.is_none(), "the writer cannot have finished");
+    assert!(
+        took < WRITER_STALL + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    // Everything is accounted for: each dispatch became a record in the
+    // queue (at most 8, the writer holds one intercept record) or was
+    // counted lost, and each interceptor record likewise.
+    let lost = engine.counters().lost.load(Ordering::SeqCst);
+    let queued = engine.records_queued() as u64;
+    assert_eq!(lost + queued + 1, 2 * N, "lost {lost}, queued {queued}");
+    assert!(engine.writer_stalled());
+    release.store(true, Ordering::SeqCst);
+}
+
+/// Counts `flush` calls and how many dispatches it had seen at each.
+struct FlushCounter(Arc<Mutex<(u64, Vec<u64>)>>);
+
+impl RecordSink for FlushCounter {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        self.0.lock().unwrap().0 += 1;
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut g = self.0.lock().unwrap();
+        let seen = g.0;
+        g.1.push(seen);
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    let state = Arc::new(Mutex::new((0u64, Vec::new())));
+    let (e, st) = (engine.clone(), state.clone());
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(FlushCounter(st))];
+        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+    });
+    // Records arrive, then nothing for a while: the process is killed
+    // later without a finish; they must be flushed meanwhile.
+    for i in 0..10u64 {
+        let rec = DispatchRecord {
+            dispatch_id: i + 1,
+            kernel_object: 1,
+            ..Default::default()
+        };
+        engine.records.push(Record::Dispatch(rec)).unwrap();
+    }
+    std::thread::sleep(writer::FLUSH_EVERY + Duration::from_millis(150));
+    let flushed_with_all = state.lock().unwrap().1.contains(&10);
+    engine.stop_writer();
+    writer.join().unwrap();
+    assert!(flushed_with_all, "flushes: {:?}", state.lock().unwrap().1);
+}
+
+struct NullSink;
+
+impl RecordSink for NullSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Kernel names without allocating: one fixed name.
+struct StaticNames;
+
+impl KernelNames for StaticNames {
+    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+        let info = KernelInfo {
+            kernel_id: kernel_object,
+            display_name: "k",
+            symbol_name: "k",
+        };
+        f(&info, true);
+    }
+}
+
+#[test]
+fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
+    const N: u64 = 100_000;
+    let signals = Signals::new();
+    let pool = Arc::new(FakePool::new(signals.clone(), 64));
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        pid: 9,
+        max_in_flight: 64,
+        record_queue: 1 << 16,
+        pool_wait: Duration::from_secs(20),
+        min_backoff: Duration::from_micros(20),
+        max_backoff: Duration::from_micros(200),
+        serialize: false,
+        host_forwarding: false,
+    }));
+    let device = Arc::new(FakeDevice {
+        ring: Mutex::new(VecDeque::with_capacity(4096)),
+        signals: signals.clone(),
+        stop: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        kernels: AtomicU64::new(0),
+        barriers: AtomicU64::new(0),
+        gates: AtomicU64::new(0),
+    });
+    let d = device.clone();
+    let device_thread = std::thread::spawn(move || d.run());
+    // The completion thread counts its own allocations from its start.
+    let (e, b) = (
+        engine.clone(),
+        FakeBackend {
+            signals: signals.clone(),
+        },
+    );
+    let completion = std::thread::spawn(move || allocations_in(|| e.run_completion(&b)));
+    let e = engine.clone();
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(NullSink)];
+        e.run_writer(&mut sinks, &mut StaticNames, &RunInfo::default(), &[])
+    });
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 256));
+    let submit = |i: u64| {
+        let app = if i % 3 == 0 { 3000 } else { 0 };
+        engine.intercept(&q, &[kernel_packet(1, app)], &*pool, |out| {
+            device.ring.lock().unwrap().extend(out.iter().copied());
+        });
+    };
+    // Warm-up: thread-local caches, the ring's capacity.
+    for i in 0..1000 {
+        submit(i);
+    }
+    let on_app_thread = allocations_in(|| {
+        for i in 0..N {
+            submit(i);
+        }
+    });
+    let left = engine.begin_shutdown(Duration::from_secs(20));
+    let in_completion = completion.join().unwrap();
+    device.stop.store(true, Ordering::SeqCst);
+    device_thread.join().unwrap();
+    engine.stop_writer();
+    let outcome = writer.join().unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(outcome.metadata.dispatches, N + 1000);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(
+        on_app_thread, 0,
+        "interceptor allocations over {N} dispatches"
+    );
+    // The completion thread allocates its tracking list once at start.
+    assert!(
+        in_completion <= 4,
+        "completion thread allocated {in_completion} times over {} dispatches",
+        N + 1000
+    );
 }

@@ -12,6 +12,9 @@ use crate::sink::{KernelInfo, RecordSink};
 /// when the record queue fills up).
 const WRITER_IDLE: Duration = Duration::from_millis(2);
 
+/// Longest time records handed to the sinks stay in their buffers.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
 /// Kernel names and the include/exclude verdict, as the writer needs them.
 pub trait KernelNames {
     /// Calls `f` with the names of the kernel at `kernel_object` and whether
@@ -34,13 +37,17 @@ impl KernelNames for &KernelTable {
 }
 
 /// What the writer did, for the run metadata and the caller's report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WriterOutcome {
     /// Metadata as passed to every sink's `finish`.
     pub metadata: RunMetadata,
     /// Sink calls that failed (each failing sink is disabled after its
     /// first error).
     pub sink_errors: u64,
+    /// Per sink, in the order given: `None` if it finished (every record
+    /// and its `finish` written), else the first error (the file is
+    /// incomplete).
+    pub sink_failures: Vec<Option<String>>,
     /// Interceptor calls seen.
     pub intercept_calls: u64,
     /// Sum of their durations (entry to return, including the runtime's
@@ -61,12 +68,14 @@ impl<S: DispatchSignal> Engine<S> {
         agents: &[AgentInfo],
     ) -> WriterOutcome {
         let mut failed = vec![false; sinks.len()];
+        let mut failures: Vec<Option<String>> = vec![None; sinks.len()];
         let mut errors = 0u64;
         let mut report = |i: usize, failed: &mut Vec<bool>, what: &str, e: std::io::Error| {
             errors += 1;
             if !failed[i] {
                 eprintln!("rprof: output {i} failed in {what}: {e}; it is disabled for the rest of the run");
                 failed[i] = true;
+                failures[i] = Some(format!("{what} failed: {e}"));
             }
         };
         for (i, sink) in sinks.iter_mut().enumerate() {
@@ -79,10 +88,16 @@ impl<S: DispatchSignal> Engine<S> {
         let mut intercept_calls = 0u64;
         let mut intercept_ns = 0u64;
         let mut rpc_wakes = 0u64;
+        let mut dirty = false;
+        let mut last_flush = std::time::Instant::now();
         loop {
             let mut got = false;
-            while let Some(rec) = self.records.pop() {
+            for rec in std::iter::from_fn(|| self.records.pop()).take(4096) {
                 got = true;
+                self.writer_progress.fetch_add(1, Ordering::Release);
+                if self.writer_stalled.load(Ordering::Relaxed) {
+                    self.writer_stalled.store(false, Ordering::Release);
+                }
                 match rec {
                     Record::Intercept(r) => {
                         intercept_calls += 1;
@@ -123,6 +138,22 @@ impl<S: DispatchSignal> Engine<S> {
                     }
                 }
             }
+            // Periodic flush: what reached the sinks is on disk within
+            // FLUSH_EVERY (a killed process leaves a readable prefix).
+            if got {
+                dirty = true;
+            }
+            if dirty && last_flush.elapsed() >= FLUSH_EVERY {
+                for (i, sink) in sinks.iter_mut().enumerate() {
+                    if !failed[i] {
+                        if let Err(e) = sink.flush() {
+                            report(i, &mut failed, "flush", e);
+                        }
+                    }
+                }
+                dirty = false;
+                last_flush = std::time::Instant::now();
+            }
             if got {
                 continue;
             }
@@ -148,6 +179,7 @@ impl<S: DispatchSignal> Engine<S> {
         WriterOutcome {
             metadata,
             sink_errors: errors,
+            sink_failures: failures,
             intercept_calls,
             intercept_ns,
         }

@@ -74,7 +74,7 @@ impl CsvSink {
     /// Creates (truncates) the file and its directory.
     pub fn create(path: &Path) -> io::Result<Self> {
         ensure_parent(path)?;
-        let file = BufWriter::with_capacity(1 << 16, File::create(path)?);
+        let file = BufWriter::with_capacity(1 << 16, super::files::create_new(path)?);
         Ok(CsvSink {
             out: csv::Writer::from_writer(file),
             rpc_path: rpc_trace_path(path),
@@ -119,7 +119,7 @@ impl RecordSink for CsvSink {
 
     fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
         if self.rpc.is_none() {
-            let file = BufWriter::new(File::create(&self.rpc_path)?);
+            let file = BufWriter::new(super::files::create_new(&self.rpc_path)?);
             let mut w = csv::Writer::from_writer(file);
             w.write_record(RPC_TRACE_COLUMNS).map_err(to_io)?;
             self.rpc = Some(w);
@@ -152,10 +152,14 @@ impl RecordSink for CsvSink {
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
-    fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         if let Some(w) = self.rpc.as_mut() {
             w.flush()?;
         }
         self.out.flush()
+    }
+
+    fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
+        RecordSink::flush(self)
     }
 }

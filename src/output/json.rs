@@ -111,7 +111,7 @@ impl JsonSink {
         let mut spool_path = path.as_os_str().to_owned();
         spool_path.push(".rpc.tmp");
         Ok(JsonSink {
-            out: BufWriter::with_capacity(1 << 16, File::create(path)?),
+            out: BufWriter::with_capacity(1 << 16, super::files::create_new(path)?),
             first: true,
             spool_path: spool_path.into(),
             spool: None,
@@ -191,7 +191,8 @@ impl RecordSink for JsonSink {
     fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
         let first = self.spool.is_none();
         if first {
-            self.spool = Some(BufWriter::new(File::create(&self.spool_path)?));
+            let dir = self.spool_path.parent().unwrap_or(Path::new("."));
+            self.spool = Some(BufWriter::new(super::files::spool_file(dir)?));
         }
         let Some(w) = self.spool.as_mut() else {
             return Ok(());
@@ -220,12 +221,10 @@ impl RecordSink for JsonSink {
 
     fn finish(&mut self, m: &RunMetadata) -> io::Result<()> {
         self.out.write_all(b"\n],\"rpc_wakes\":[\n")?;
-        if let Some(mut spool) = self.spool.take() {
-            spool.flush()?;
-            drop(spool);
-            let mut f = File::open(&self.spool_path)?;
+        if let Some(spool) = self.spool.take() {
+            let mut f = spool.into_inner().map_err(|e| e.into_error())?;
+            io::Seek::rewind(&mut f)?;
             io::copy(&mut f, &mut self.out)?;
-            let _ = std::fs::remove_file(&self.spool_path);
         }
         self.out.write_all(b"\n],\"metadata\":")?;
         ser(

@@ -1,6 +1,7 @@
 //! Output formats. Each is a [`crate::sink::RecordSink`].
 
 pub mod csv;
+pub mod files;
 pub mod json;
 pub mod perfetto;
 pub mod stats;

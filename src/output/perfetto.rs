@@ -291,7 +291,7 @@ impl PerfettoSink {
     pub fn with_options(path: &Path, options: PerfettoOptions) -> io::Result<Self> {
         ensure_parent(path)?;
         Ok(PerfettoSink {
-            state: State::Created(File::create(path)?),
+            state: State::Created(super::files::create_new(path)?),
             options,
         })
     }
@@ -542,8 +542,9 @@ impl RecordSink for PerfettoSink {
         let s = self.started()?;
         let track = s.thread_track(rec.thread_id, rec.begin_ns)?;
         s.flow_ids.clear();
-        s.flow_ids
-            .extend((0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id + i));
+        s.flow_ids.extend(
+            (0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id.wrapping_add(i)),
+        );
         let a = s.args;
         let uint = |name, v: u64| Arg {
             name,
@@ -685,6 +686,13 @@ impl RecordSink for PerfettoSink {
         )?;
         s.last_ts = s.last_ts.max(r.serve_end_ns);
         Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.state {
+            State::Started(s) => s.writer.flush(),
+            _ => Ok(()),
+        }
     }
 
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {

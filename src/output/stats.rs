@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
@@ -31,6 +31,8 @@ pub struct KernelStats {
 #[derive(Debug)]
 pub struct StatsSink {
     path: Option<PathBuf>,
+    /// `path`, created at the start of the run (see [`StatsSink::create`]).
+    file: Option<std::fs::File>,
     print: bool,
     by_kernel: HashMap<u64, KernelStats>,
     rpc: Option<crate::rpc::RpcStats>,
@@ -42,10 +44,22 @@ impl StatsSink {
     pub fn new(path: Option<PathBuf>, print: bool) -> Self {
         StatsSink {
             path,
+            file: None,
             print,
             by_kernel: HashMap::new(),
             rpc: None,
         }
+    }
+
+    /// Like [`StatsSink::new`] with a path, but the file is created now
+    /// ([`super::files::create_new`]), so a taken name is refused at the
+    /// start of the run, like the other outputs, not after it.
+    pub fn create(path: PathBuf, print: bool) -> io::Result<Self> {
+        ensure_parent(&path)?;
+        let file = super::files::create_new(&path)?;
+        let mut s = StatsSink::new(Some(path), print);
+        s.file = Some(file);
+        Ok(s)
     }
 
     /// The figures, sorted by total time, longest first (ties by name).
@@ -189,16 +203,21 @@ impl RecordSink for StatsSink {
             }
         }
         if let Some(p) = &self.path {
-            ensure_parent(p)?;
-            std::fs::write(p, self.to_csv())?;
+            let mut file = match self.file.take() {
+                Some(f) => f,
+                None => {
+                    ensure_parent(p)?;
+                    super::files::create_new(p)?
+                }
+            };
+            file.write_all(self.to_csv().as_bytes())?;
             if let Some(m) = self.rpc_summary() {
                 let s = p.to_string_lossy();
                 let rpc_path = match s.strip_suffix("_kernel_stats.csv") {
                     Some(stem) => format!("{stem}_rpc_stats.csv"),
                     None => format!("{s}.rpc.csv"),
                 };
-                std::fs::write(
-                    rpc_path,
+                super::files::create_new(Path::new(&rpc_path))?.write_all(
                     format!(
                         "\"Wakes\",\"ServeP50Ns\",\"ServeP99Ns\",\"BusyShare\",\"WakeLatencyP50Ns\"\n{},{},{},{:.6},{}\n",
                         m.wakes,
@@ -206,7 +225,8 @@ impl RecordSink for StatsSink {
                         m.serve_p99_ns,
                         m.busy_share,
                         m.wake_latency_p50_ns.map(|l| l.to_string()).unwrap_or_default()
-                    ),
+                    )
+                    .as_bytes(),
                 )?;
             }
         }

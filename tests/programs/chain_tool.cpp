@@ -1,13 +1,20 @@
-// A second HSA tool that rewrites packets in front of rprof, the way another profiler in the same process would on
-// ROCr >= 6.0: for every kernel dispatch it calls its writer (rprof's interceptor) twice, first with
-// [intercept marker, kernel, no-op barrier], then with [no-op barrier, no-op barrier]. The marker (a vendor packet of
-// format AMD_AQL_FORMAT_INTERCEPT_MARKER) carries the kernel object; its callback, which ROCr runs with the hardware
-// packet id the next packet gets, checks that the packet written there is that kernel (once the writer call
-// returns, when the packet is in the ring). At exit it prints
-//   CHAIN kernels=<n> markers_checked=<m> misplaced=<k>
-// Build inside a ROCr >= 6 root: g++ -std=c++17 -shared -fPIC -o chain_tool.so chain_tool.cpp -I/usr/include/hsa
-// Load after rprof: HSA_TOOLS_LIB="librprof_tool.so chain_tool.so" (its hsa_queue_create wraps rprof's, so its
-// interceptor is registered last and runs first).
+// A second HSA tool that rewrites packets in front of rprof, the way another profiler in the same process would.
+// Two modes, chosen by the headers it is compiled against:
+// * ROCr >= 6.0 (AMD extension table major 2): for every kernel dispatch it calls its writer (rprof's interceptor)
+//   twice, first with [intercept marker, kernel, no-op barrier], then with [no-op barrier, no-op barrier]. The marker
+//   (a vendor packet of format AMD_AQL_FORMAT_INTERCEPT_MARKER) carries the kernel object; its callback, which ROCr
+//   runs with the hardware packet id the next packet gets, checks that the packet written there is that kernel (once
+//   the writer call returns, when the packet is in the ring).
+// * ROCr 5.x (major 1): what 5.2.3's intercept queue allows: ONE writer call per interceptor call (its PacketWriter
+//   does not restore the interceptor index, so a second call jumps through a null pointer) and no intercept markers
+//   (5.2.3 has none): [kernel, no-op barrier, no-op barrier] in a single call.
+// At exit it prints
+//   CHAIN mode=<markers|single> kernels=<n> markers_checked=<m> misplaced=<k>
+// Build inside the runtime's root: g++ -std=c++17 -shared -fPIC -DAMD_INTERNAL_BUILD -I/usr/include/hsa
+//   -o chain_tool.so chain_tool.cpp -ldl            (the test harness does: tests/support, chain_tool())
+// Load after rprof: HSA_TOOLS_LIB="librprof_tool.so chain_tool.so", or HSA_TOOLS_LIB=chain_tool.so under the rprof
+// command (which puts its tool first); its hsa_queue_create wraps rprof's, so its interceptor is registered last and
+// runs first.
 #include <hsa_api_trace.h>
 
 #include <dlfcn.h>
@@ -18,6 +25,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#if HSA_AMD_EXT_API_TABLE_MAJOR_VERSION >= 0x02
+#define CHAIN_MARKERS 1
+#else
+#define CHAIN_MARKERS 0
+#endif
 
 namespace {
 
@@ -37,6 +50,7 @@ uint16_t packet_type(const void* p) {
   return (header >> HSA_PACKET_HEADER_TYPE) & ((1 << HSA_PACKET_HEADER_WIDTH_TYPE) - 1);
 }
 
+#if CHAIN_MARKERS
 // Caller holds g_mutex.
 void check_pending() {
   if (g_pending_queue == nullptr) return;
@@ -59,6 +73,9 @@ void on_marker(const amd_aql_intercept_marker_t* marker, hsa_queue_t* hw_queue, 
   g_pending_id = packet_id;
   g_pending_object = marker->user_data[0];
 }
+#else
+void check_pending() {}
+#endif
 
 hsa_barrier_and_packet_t noop_barrier() {
   hsa_barrier_and_packet_t b;
@@ -77,6 +94,7 @@ void interceptor(const void* pkts, uint64_t count, uint64_t, void*, hsa_amd_queu
       continue;
     }
     g_kernels.fetch_add(1, std::memory_order_relaxed);
+#if CHAIN_MARKERS
     union Slot {
       amd_aql_intercept_marker_t marker;
       hsa_kernel_dispatch_packet_t kernel;
@@ -99,6 +117,19 @@ void interceptor(const void* pkts, uint64_t count, uint64_t, void*, hsa_amd_queu
       check_pending();
     }
     writer(second, 2);
+#else
+    // ROCr calls the first rewriter with one packet at a time, so this is the only writer call of the interceptor
+    // call (a kernel never shares a call with another packet).
+    union Slot {
+      hsa_kernel_dispatch_packet_t kernel;
+      hsa_barrier_and_packet_t barrier;
+    } all[3];
+    std::memset(all, 0, sizeof all);
+    all[0].kernel = in[i];
+    all[1].barrier = noop_barrier();
+    all[2].barrier = noop_barrier();
+    writer(all, 3);
+#endif
   }
 }
 
@@ -117,8 +148,8 @@ void report() {
   static bool done = false;
   if (done) return;
   done = true;
-  std::printf("CHAIN kernels=%lu markers_checked=%lu misplaced=%lu\n", (unsigned long)g_kernels.load(),
-              (unsigned long)g_checked, (unsigned long)g_misplaced);
+  std::printf("CHAIN mode=%s kernels=%lu markers_checked=%lu misplaced=%lu\n", CHAIN_MARKERS ? "markers" : "single",
+              (unsigned long)g_kernels.load(), (unsigned long)g_checked, (unsigned long)g_misplaced);
   std::fflush(stdout);
 }
 

@@ -4,10 +4,16 @@
 // Usage: trace_app <code-object> <mode> [args]
 //   threads T N     T threads, each with its own queue, N dispatches each
 //   shared T N      T threads writing into one shared queue, N dispatches each
-//   exit N [quick]  N dispatches, then exit(0) (or quick_exit(0)) with work in flight and no hsa_shut_down
+//   exit N [quick|_exit]  N dispatches, then exit(0) (or quick_exit(0), _exit(0)) with work in flight and no hsa_shut_down
 //   latency N       N times: one kernel with an app signal, then a blocked wait on it; prints ROUNDTRIP_US
 //   pairs N         N times: kernel with an app signal (not waited for), then a kernel without; one wait at the end
 //   destroy N       N dispatches, then hsa_queue_destroy right away (work pending), then hsa_shut_down
+//   exit_busy T N   T threads, each with its own queue, launch kernels without pause; once each has launched N,
+//                   main calls exit(0) while they keep launching (prints LAUNCHED as of that moment)
+//   gated N         one queue: a barrier-AND on a host signal, then N kernels with an app signal each; only
+//                   then the host opens the gate and waits for the queue (prints GATED_SECONDS)
+//   signal N SIG MS N dispatches, a barrier waited for (all done), MS ms of sleep, then raise(SIG) (TERM, INT or
+//                   KILL) and sleep forever: the process ends however that signal ends it
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
 //                   serialized kernels in enqueue order would deadlock here.)
@@ -18,6 +24,8 @@
 #include <hsa/hsa_ext_amd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <signal.h>
 #include <string.h>
 
 #include <atomic>
@@ -257,6 +265,74 @@ int main(int argc, char** argv) {
     CHECK(hsa_shut_down());
     return 0;
   }
+  if (mode == "exit_busy") {
+    int threads = argc > 3 ? atoi(argv[3]) : 3;
+    int n = argc > 4 ? atoi(argv[4]) : 200;
+    static std::atomic<long> launched[16];
+    for (int t = 0; t < threads && t < 16; t++) {
+      hsa_queue_t* q = make_queue();
+      std::thread([q, t] {
+        for (long i = 0;; i++) {
+          dispatch(q, g_kernels[(i + t) % 3], 64u * ((i + t) % 3 + 1), 64, hsa_signal_t{0});
+          launched[t]++;
+        }
+      }).detach();
+    }
+    for (int t = 0; t < threads && t < 16; t++)
+      while (launched[t].load() < n) std::this_thread::yield();
+    long total = 0;
+    for (int t = 0; t < threads && t < 16; t++) total += launched[t].load();
+    printf("AT_EXIT_LAUNCHED %ld\n", total);
+    fflush(stdout);
+    exit(0);
+  }
+  if (mode == "gated") {
+    int n = argc > 3 ? atoi(argv[3]) : 100;
+    hsa_queue_t* q = make_queue();
+    hsa_signal_t gate, sig, done;
+    CHECK(hsa_signal_create(1, 0, nullptr, &gate));
+    CHECK(hsa_signal_create(n, 0, nullptr, &sig));
+    CHECK(hsa_signal_create(1, 0, nullptr, &done));
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t idx = reserve(q);
+    auto* p = (hsa_barrier_and_packet_t*)q->base_address + (idx & (q->size - 1));
+    memset((char*)p + 4, 0, sizeof(*p) - 4);
+    p->dep_signal[0] = gate;
+    publish(q, idx, p, header(HSA_PACKET_TYPE_BARRIER_AND, true), 0);
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, sig);
+      g_count[i % 3]++;
+    }
+    hsa_signal_store_screlease(gate, 0);
+    wait_zero(sig);
+    barrier(q, done);
+    wait_zero(done);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("GATED_SECONDS %.3f\n", s);
+    report();
+    CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "signal") {
+    int n = argc > 3 ? atoi(argv[3]) : 100;
+    std::string which = argc > 4 ? argv[4] : "TERM";
+    int ms = argc > 5 ? atoi(argv[5]) : 0;
+    int sig = which == "INT" ? SIGINT : which == "KILL" ? SIGKILL : SIGTERM;
+    hsa_queue_t* q = make_queue();
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    hsa_signal_t done;
+    CHECK(hsa_signal_create(1, 0, nullptr, &done));
+    barrier(q, done);
+    wait_zero(done);
+    report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    raise(sig);
+    for (;;) pause();
+  }
   if (mode == "exit") {
     int n = argc > 3 ? atoi(argv[3]) : 500;
     hsa_queue_t* q = make_queue();
@@ -266,6 +342,7 @@ int main(int argc, char** argv) {
     }
     report();
     if (argc > 4 && std::string(argv[4]) == "quick") quick_exit(0);
+    if (argc > 4 && std::string(argv[4]) == "_exit") _exit(0);
     exit(0);
   }
   fprintf(stderr, "unknown mode %s\n", mode.c_str());

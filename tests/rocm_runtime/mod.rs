@@ -260,7 +260,14 @@ impl Runtime {
     /// cargo built in `profile` (`<target>/<profile>`). Fails with the
     /// reason when it is not there.
     pub fn emulator(self, profile: &Path) -> Result<Emulator, String> {
-        let front_end = self.front_end();
+        self.emulator_with(profile, self.front_end())
+    }
+
+    /// [`Runtime::emulator`] through a given front-end: the kfd front-end
+    /// also works over the real `libhsakmt.so.1` of 5.2 and 6.1 (it answers
+    /// that library's `/dev/kfd` calls), which programs that check for the
+    /// kernel driver themselves (`rocminfo`) need there.
+    pub fn emulator_with(self, profile: &Path, front_end: FrontEnd) -> Result<Emulator, String> {
         let library = profile.join(front_end.library_file());
         if !library.is_file() {
             let why = if repo()

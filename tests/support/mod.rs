@@ -161,6 +161,42 @@ pub fn artifacts() -> &'static Artifacts {
     })
 }
 
+/// `tests/programs/chain_tool.cpp` (a second HSA tool rewriting packets in
+/// front of rprof), built once per test binary inside the selected
+/// runtime's root with its `g++` and HSA headers, which pick the chain
+/// tool's mode (intercept markers and two writer calls per kernel on
+/// ROCr >= 6, one writer call on 5.2.3). Needs no tool build: the HIP
+/// harness uses it too.
+pub fn chain_tool() -> &'static Path {
+    static CHAIN: OnceLock<PathBuf> = OnceLock::new();
+    CHAIN.get_or_init(|| {
+        let runtime = Runtime::selected();
+        let bin = runtime.build_dir(
+            &rocm_runtime::target_dir().join("kernel-trace-tests"),
+            "programs",
+        );
+        let lib = bin.join("chain_tool.so");
+        run_checked(
+            runtime
+                .tool("g++")
+                .args([
+                    "-std=c++17",
+                    "-O1",
+                    "-shared",
+                    "-fPIC",
+                    "-DAMD_INTERNAL_BUILD",
+                    "-I/usr/include/hsa",
+                    "-o",
+                ])
+                .arg(&lib)
+                .arg(rocm_runtime::repo().join("tests/programs/chain_tool.cpp"))
+                .arg("-ldl"),
+            &format!("g++ of ROCm {} (chain_tool)", runtime.version()),
+        );
+        lib
+    })
+}
+
 /// How the tool gets into the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
@@ -387,9 +423,16 @@ pub fn check_pftrace(trace: &Path) -> String {
 /// loader variables (the command sets up the tool library and the emulated
 /// GPU itself).
 pub fn run_rprof(label: &str, extra: &[&str], args: &[&str]) -> Run {
+    let dir = artifacts().runs.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    run_rprof_into(label, extra, args)
+}
+
+/// As [`run_rprof`], into the run directory `label` as it is (an earlier
+/// run's files stay).
+pub fn run_rprof_into(label: &str, extra: &[&str], args: &[&str]) -> Run {
     let a = artifacts();
     let dir = a.runs.join(label);
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = a.runtime.command(&a.rprof, &[]);
     cmd.args([

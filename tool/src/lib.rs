@@ -25,7 +25,12 @@
 //!   handler flushes apps that exit without `hsa_shut_down`.
 //! - [`signals`] implements the signal pool's provider with ROCr (memory
 //!   signals without driver events) and the engine's completion backend.
-//! - `outputs` opens the sinks the configuration asks for.
+//! - `outputs` opens the sinks the configuration asks for; `report` tells
+//!   the `rprof` command (pipe in `RPROF_REPORT_FD`) which output files were
+//!   finished and which are incomplete, and why.
+//! - `tuning` reads the measurement knobs strictly; [`single`] keeps a
+//!   second copy of this library in the same process inactive;
+//!   `terminate` flushes on SIGTERM / SIGINT, then ends by the signal.
 //!
 //! On any problem (bad configuration, runtime too old, no GPU, panics) rprof
 //! prints one line and the app runs untraced; every `extern "C"` entry point
@@ -34,10 +39,14 @@
 
 mod outputs;
 pub mod preload;
+pub mod report;
 mod rpc_wait;
 pub mod runtime;
 mod session;
 pub mod signals;
+pub mod single;
+mod terminate;
+mod tuning;
 
 use std::ffi::c_char;
 

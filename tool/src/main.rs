@@ -8,6 +8,7 @@
 
 mod cli;
 mod front_end;
+mod libraries;
 mod merge;
 
 use std::ffi::OsString;
@@ -18,17 +19,9 @@ use std::process::Command;
 
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
+use rprof_tool::report::REPORT_FD_VAR;
 
-use cli::{sibling_of_exe, Cli, Command as CliCommand, Device, LaunchPlan};
-
-/// Name of the tool library that `cargo build` puts next to `rprof`.
-const TOOL_LIBRARY: &str = "librprof_tool.so";
-/// Name of the emulator's thunk front-end that `cargo build` puts next to
-/// `rprof` (for ROCr up to 6.1).
-const EMULATOR_LIBRARY: &str = "libhsakmt.so";
-/// Name of the emulator's kfd front-end that `cargo build` puts next to
-/// `rprof` (for ROCr from 6.2, which has the thunk built in).
-const EMULATOR_KFD_LIBRARY: &str = "librprof_emu_kfd.so";
+use cli::{Cli, Command as CliCommand, Device, LaunchPlan};
 
 fn main() {
     let cli = Cli::parse();
@@ -81,9 +74,8 @@ fn run(cli: Cli) -> i32 {
         }
     }
     if plan.tracing {
-        match sibling_of_exe(&exe, TOOL_LIBRARY) {
-            Some(tool) => {
-                let tool = tool.canonicalize().unwrap_or(tool);
+        match libraries::find(&exe, libraries::TOOL_LIBRARY) {
+            Ok(tool) => {
                 let mut value = tool.into_os_string();
                 if let Some(existing) = std::env::var_os("HSA_TOOLS_LIB").filter(|v| !v.is_empty())
                 {
@@ -95,11 +87,8 @@ fn run(cli: Cli) -> i32 {
                     child_env.push((k.clone(), v.into()));
                 }
             }
-            None => {
-                eprintln!(
-                    "rprof: error: {TOOL_LIBRARY} not found next to {} (build with `cargo build --release`); running the application untraced",
-                    exe.display()
-                );
+            Err(e) => {
+                eprintln!("rprof: error: {e}; running the application untraced");
                 plan.tracing = false;
             }
         }
@@ -114,16 +103,33 @@ fn run(cli: Cli) -> i32 {
         );
     }
 
+    // Kept until the application has ended (a private directory is removed
+    // on drop).
+    let mut _emulator_dir = None;
     if plan.emulated {
         if cli.trace.device == Device::Auto {
             eprintln!("rprof: no /dev/kfd on this machine: using the emulated GPU (--device native to refuse)");
         }
         match emulator_env(&exe) {
-            Ok((name, value)) => child_env.push((name.into(), value)),
+            Ok((name, value, dir)) => {
+                child_env.push((name.into(), value));
+                _emulator_dir = dir;
+            }
             Err(e) => eprintln!("rprof: error: cannot set up the emulated GPU: {e}; running the application without it"),
         }
     }
 
+    // The tool library reports each output file as finished or incomplete
+    // through this pipe (tool/src/report.rs); only finished files are
+    // reported as written.
+    let report = if plan.tracing {
+        ReportPipe::new()
+    } else {
+        None
+    };
+    if let Some(r) = &report {
+        child_env.push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
+    }
     let mut cmd = Command::new(&cli.app[0]);
     cmd.args(&cli.app[1..]);
     for k in &remove {
@@ -132,7 +138,9 @@ fn run(cli: Cli) -> i32 {
     for (k, v) in &child_env {
         cmd.env(k, v);
     }
-    let mut child = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    let report = report.map(ReportPipe::close_write_end);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!(
@@ -150,6 +158,15 @@ fn run(cli: Cli) -> i32 {
     // reports. Ignored only after the spawn, since SIG_IGN survives exec.
     ignore_interactive_signals();
     let child_pid = child.id();
+    // Outputs are created O_EXCL, so a file already at an output path when
+    // the app starts belongs to an earlier run (this run refuses that name):
+    // it is never reported as this run's, written or incomplete. Taken right
+    // after the spawn, long before the child's runtime opens anything.
+    let earlier_files = if plan.tracing {
+        existing_identities(&expected_outputs(&plan, child_pid).0)
+    } else {
+        Vec::new()
+    };
     let status = match child.wait() {
         Ok(s) => s,
         Err(e) => {
@@ -158,7 +175,8 @@ fn run(cli: Cli) -> i32 {
         }
     };
     if plan.tracing {
-        report_outputs(&plan, child_pid);
+        let lines = report.map(|r| r.read_all()).unwrap_or_default();
+        report_outputs(&plan, child_pid, &lines, &earlier_files);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -179,127 +197,205 @@ fn child_env_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> {
     }
 }
 
-/// Prints the files the child's tool library wrote.
-fn report_outputs(plan: &LaunchPlan, child_pid: u32) {
+/// The pipe through which traced processes report their output files.
+struct ReportPipe {
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+}
+
+impl ReportPipe {
+    /// A pipe whose write end the child inherits (the read end is
+    /// close-on-exec and non-blocking).
+    fn new() -> Option<Self> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: fcntl on descriptors just created: the write end is
+        // inherited across exec, the read end never blocks.
+        unsafe {
+            libc::fcntl(fds[1], libc::F_SETFD, 0);
+            libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK);
+        }
+        Some(ReportPipe {
+            read_fd: fds[0],
+            write_fd: fds[1],
+        })
+    }
+
+    /// Closes rprof's copy of the write end (the child has its own).
+    fn close_write_end(self) -> Self {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.write_fd) };
+        ReportPipe {
+            write_fd: -1,
+            ..self
+        }
+    }
+
+    /// Everything reported so far, one entry per line.
+    fn read_all(self) -> Vec<String> {
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a local buffer from our own descriptor.
+            let n = unsafe { libc::read(self.read_fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n as usize]);
+        }
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.read_fd) };
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// The output files a traced process with this pid would write, and the
+/// RPC files with the main file of their sink (written only on the first
+/// doorbell wake, so finished when that file is).
+fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>) {
     let lookup = child_env_lookup(plan);
     let facts = ProcessFacts {
         pid: child_pid,
         ppid: std::process::id(),
         hostname: rprof_core::config::hostname(),
     };
-    let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) else {
-        return;
+    let mut expected = Vec::new();
+    let mut rpc = Vec::new();
+    if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
+        expected = rprof_tool::report::output_files(&cfg);
+        if cfg.rpc_trace {
+            if cfg.formats.csv {
+                rpc.push((
+                    cfg.output_path("_rpc_trace.csv"),
+                    cfg.output_path("_kernel_trace.csv"),
+                ));
+            }
+            if cfg.stats {
+                rpc.push((
+                    cfg.output_path("_rpc_stats.csv"),
+                    cfg.output_path("_kernel_stats.csv"),
+                ));
+            }
+        }
+    }
+    (expected, rpc)
+}
+
+/// (device, inode) of each of `paths` that exists now (symlinks not followed).
+fn existing_identities(paths: &[PathBuf]) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
+}
+
+/// Prints the files the traced processes finished, and names the ones
+/// that exist but were not finished. `lines` is what the tool libraries
+/// reported (`done\tPATH` / `incomplete\tPATH\tREASON`); `earlier` holds the
+/// identities of files that were at an output path before the app started
+/// (an earlier run's, never this run's).
+fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String], earlier: &[(u64, u64)]) {
+    let mut done: Vec<PathBuf> = Vec::new();
+    let mut incomplete: Vec<(PathBuf, String)> = Vec::new();
+    for line in lines {
+        let mut parts = line.splitn(3, '\t');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("done"), Some(p), _) => done.push(PathBuf::from(p)),
+            (Some("incomplete"), Some(p), why) => {
+                incomplete.push((PathBuf::from(p), why.unwrap_or("").to_string()))
+            }
+            _ => {}
+        }
+    }
+    let (expected, rpc) = expected_outputs(plan, child_pid);
+    let from_earlier_run = |p: &PathBuf| {
+        existing_identities(std::slice::from_ref(p))
+            .first()
+            .is_some_and(|id| earlier.contains(id))
     };
-    let mut wanted = Vec::new();
-    if cfg.formats.pftrace {
-        wanted.push(cfg.output_path(".pftrace"));
-    }
-    if cfg.formats.csv {
-        wanted.push(cfg.output_path("_kernel_trace.csv"));
-    }
-    if cfg.formats.json {
-        wanted.push(cfg.output_path("_results.json"));
-    }
-    if cfg.stats {
-        wanted.push(cfg.output_path("_kernel_stats.csv"));
-    }
-    if cfg.rpc_trace {
-        // Written on the first doorbell wake only.
-        if cfg.formats.csv {
-            wanted.push(cfg.output_path("_rpc_trace.csv"));
-        }
-        if cfg.stats {
-            wanted.push(cfg.output_path("_rpc_stats.csv"));
-        }
-    }
-    let mut any = false;
-    for p in wanted {
-        if p.exists() {
+    let mut seen = std::collections::HashSet::new();
+    for p in &done {
+        if seen.insert(p.clone()) {
             eprintln!("rprof: wrote {}", p.display());
-            any = true;
         }
     }
-    if !any {
-        eprintln!(
-            "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
-        );
+    for (p, main) in &rpc {
+        if done.contains(main) && p.exists() && seen.insert(p.clone()) {
+            eprintln!("rprof: wrote {}", p.display());
+        }
+    }
+    for (p, why) in &incomplete {
+        if seen.insert(p.clone()) {
+            eprintln!("rprof: {} is incomplete: {why}", p.display());
+        }
+    }
+    for p in &expected {
+        if p.exists() && !from_earlier_run(p) && seen.insert(p.clone()) {
+            eprintln!(
+                "rprof: {} is incomplete: process {child_pid} ended before rprof could finish it (killed, or _exit)",
+                p.display()
+            );
+        }
+    }
+    if seen.is_empty() {
+        if expected.iter().any(from_earlier_run) {
+            eprintln!(
+                "rprof: no trace was written for process {child_pid}: its output names belong to an earlier run"
+            );
+        } else {
+            eprintln!(
+                "rprof: no trace was written for process {child_pid} (did the application use the HSA runtime?)"
+            );
+        }
     }
 }
 
 /// The variable that puts the emulated GPU under the runtime the child will
 /// load, with its value: the front-end that runtime needs
-/// ([`front_end::needed_by_runtime`]), found next to `rprof`, ahead of what
-/// the user has in that variable.
-fn emulator_env(exe: &Path) -> io::Result<(&'static str, OsString)> {
+/// ([`front_end::needed_by_runtime`]), from rprof's own libraries
+/// ([`libraries`]), ahead of what the user has in that variable; and the
+/// private directory to keep until the child ends, if one was made.
+fn emulator_env(exe: &Path) -> io::Result<(&'static str, OsString, Option<libraries::ThunkDir>)> {
     let user_path = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty());
     let choice =
         front_end::needed_by_runtime(&front_end::SearchPath::for_child(user_path.as_deref()))
             .map_err(io::Error::other)?;
-    let (name, mut value, separator) = match choice.front_end {
-        front_end::FrontEnd::Thunk => ("LD_LIBRARY_PATH", emulator_dir(exe)?.into_os_string(), ":"),
+    let (name, mut value, separator, dir) = match choice.front_end {
+        front_end::FrontEnd::Thunk => {
+            let dir = libraries::thunk_dir(exe)?;
+            let value = dir.path().as_os_str().to_owned();
+            ("LD_LIBRARY_PATH", value, ":", Some(dir))
+        }
         front_end::FrontEnd::KfdPreload => {
-            let lib = sibling_of_exe(exe, EMULATOR_KFD_LIBRARY).ok_or_else(|| {
+            let lib = libraries::find(exe, libraries::KFD_LIBRARY).map_err(|e| {
                 io::Error::new(
-                    io::ErrorKind::NotFound,
+                    e.kind(),
                     format!(
-                        "{} has the thunk built in and needs the emulator's kfd front-end, but \
-                         {EMULATOR_KFD_LIBRARY} is not next to {} (build with `cargo build --release`)",
-                        choice.runtime.as_deref().unwrap_or(Path::new(front_end::RUNTIME_LIBRARY)).display(),
-                        exe.display()
+                        "{} has the thunk built in and needs the emulator's kfd front-end: {e}",
+                        choice
+                            .runtime
+                            .as_deref()
+                            .unwrap_or(Path::new(front_end::RUNTIME_LIBRARY))
+                            .display(),
                     ),
                 )
             })?;
-            ("LD_PRELOAD", lib.canonicalize()?.into_os_string(), " ")
+            ("LD_PRELOAD", lib.into_os_string(), " ", None)
         }
     };
     if let Some(existing) = std::env::var_os(name).filter(|v| !v.is_empty()) {
         value.push(separator);
         value.push(existing);
     }
-    Ok((name, value))
-}
-
-/// A directory holding `libhsakmt.so.1` → the emulator library next to
-/// `rprof`, for `LD_LIBRARY_PATH`. Created next to the library, or in the
-/// temporary directory when that is read-only.
-fn emulator_dir(exe: &Path) -> io::Result<PathBuf> {
-    let lib = sibling_of_exe(exe, EMULATOR_LIBRARY).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "{EMULATOR_LIBRARY} not found next to {} (build with `cargo build --release`)",
-                exe.display()
-            ),
-        )
-    })?;
-    let lib = lib.canonicalize()?;
-    let beside = lib.parent().map(|d| d.join("rprof-emu"));
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap_or(0);
-    let fallback = std::env::temp_dir().join(format!("rprof-emu-{uid}"));
-    let mut last_err = None;
-    for dir in beside.into_iter().chain(std::iter::once(fallback)) {
-        match link_into(&dir, &lib) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last_err = Some(e),
-        }
-    }
-    Err(last_err.unwrap_or_else(|| io::Error::other("no directory for the emulator link")))
-}
-
-fn link_into(dir: &Path, lib: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let link = dir.join("libhsakmt.so.1");
-    if std::fs::read_link(&link).ok().as_deref() == Some(lib) {
-        return Ok(());
-    }
-    // Create under a unique name and rename over, so concurrent runs never
-    // see a missing or half-made link.
-    let tmp = dir.join(format!(".libhsakmt.so.1.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(lib, &tmp)?;
-    std::fs::rename(&tmp, &link)
+    Ok((name, value, dir))
 }
 
 fn ignore_interactive_signals() {

@@ -9,16 +9,29 @@
 //! - track uuids are small per-file numbers (they are repeated on every
 //!   event, so they are kept short): input `k` (0-based) has its uuids XORed
 //!   with `k << 48`, which keeps them distinct within the file and, for uuids
-//!   below 2^48 as rprof writes them, distinct from every other input's.
+//!   below 2^48 as rprof writes them, distinct from every other input's;
+//! - flow ids (`TrackEvent.flow_ids` 47 and `terminating_flow_ids` 48) are
+//!   rprof's correlation ids, `pid << 32 | counter`: two machines whose apps
+//!   had the same pid write the same ids, and Perfetto would draw arrows
+//!   from one machine's API call to the other's kernel. Each input's flow ids
+//!   are mapped to fresh ones, numbered from 1 in order of first appearance
+//!   over the whole merge, so no two inputs share one (the `correlation_id`
+//!   annotation keeps the original value).
+//!
+//! Inputs come from elsewhere (other machines, other users) and are read as
+//! hostile: every length is checked against what is left of the file before
+//! anything is allocated for it, a packet is at most [`MAX_PACKET`] bytes,
+//! and every malformed input is an error naming the file, never a panic
+//! (`fuzz_merge_never_panics` mutates seed traces to check it).
 //!
 //! The rewrite works on the wire format (the sequence id, and the uuid fields
 //! of track descriptors, track events and packet defaults) and copies every
 //! other byte unchanged, so packets from other producers and fields outside
 //! rprof's schema subset survive. A `compressed_packets` bundle (rprof's
-//! default encoding) is inflated and its packets are rewritten one by one
-//! (the output is not recompressed). Delta timestamps need no rewrite: their
-//! clock (id 64..127) and the defaults naming it are scoped to the sequence,
-//! which is renumbered as a whole.
+//! default encoding) is inflated (at most [`MAX_PACKET`] bytes) and its
+//! packets are rewritten one by one (the output is not recompressed). Delta
+//! timestamps need no rewrite: their clock (id 64..127) and the defaults
+//! naming it are scoped to the sequence, which is renumbered as a whole.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -29,22 +42,37 @@ use std::path::Path;
 const SEQUENCE_ID_FIELD: u64 = 10;
 /// `Trace.packet`.
 const PACKET_FIELD: u64 = 1;
+/// The largest packet accepted (rprof writes packets of a few KiB; Perfetto's
+/// own limit for a packet is lower).
+pub const MAX_PACKET: u64 = 64 << 20;
 /// `TracePacket.compressed_packets`: zlib-deflated `Trace.packet` frames.
 const COMPRESSED_PACKETS_FIELD: u64 = 50;
 
 /// The packets inside `packet` if it is a `compressed_packets` bundle (its
-/// only field, as rprof and Perfetto's service write it).
+/// only field, as rprof and Perfetto's service write it); inflating more
+/// than [`MAX_PACKET`] bytes is refused.
 fn inflate_bundle(packet: &[u8]) -> io::Result<Option<Vec<u8>>> {
     let mut pos = 0;
     if packet.is_empty() || varint_from(packet, &mut pos)? != (COMPRESSED_PACKETS_FIELD << 3 | 2) {
         return Ok(None);
     }
     let len = varint_from(packet, &mut pos)? as usize;
-    let data = packet.get(pos..pos + len).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "truncated compressed_packets")
-    })?;
+    let data = pos
+        .checked_add(len)
+        .and_then(|end| packet.get(pos..end))
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "truncated compressed_packets")
+        })?;
     let mut inner = Vec::new();
-    flate2::read::ZlibDecoder::new(data).read_to_end(&mut inner)?;
+    flate2::read::ZlibDecoder::new(data)
+        .take(MAX_PACKET + 1)
+        .read_to_end(&mut inner)?;
+    if inner.len() as u64 > MAX_PACKET {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("compressed_packets inflate to more than {MAX_PACKET} bytes"),
+        ));
+    }
     Ok(Some(inner))
 }
 
@@ -129,6 +157,7 @@ enum Action {
     Copy,
     Sequence,
     Uuid,
+    Flow,
     Descend(Message),
 }
 
@@ -141,6 +170,7 @@ fn action(msg: Message, field: u64, wire: u64) -> Action {
         (Packet, 60, 2) => Action::Descend(TrackDescriptor),
         (PacketDefaults, 11, 2) => Action::Descend(TrackEventDefaults),
         (TrackEvent, 11, 0) | (TrackEventDefaults, 11, 0) => Action::Uuid,
+        (TrackEvent, 47 | 48, 1 | 2) => Action::Flow,
         (TrackDescriptor, 1, 0) | (TrackDescriptor, 5, 0) => Action::Uuid,
         _ => Action::Copy,
     }
@@ -149,6 +179,7 @@ fn action(msg: Message, field: u64, wire: u64) -> Action {
 /// How the ids of one input are rewritten.
 struct Renumber<'a> {
     sequence: &'a mut dyn FnMut(u64) -> u64,
+    flow: &'a mut dyn FnMut(u64) -> u64,
     uuid_salt: u64,
 }
 
@@ -181,13 +212,38 @@ fn rewrite_message(
                     continue;
                 }
             }
-            1 => pos += 8,
+            1 => {
+                if let Action::Flow = act {
+                    let bytes: [u8; 8] = buf
+                        .get(pos..pos + 8)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or_else(|| bad("field runs past the end of its message"))?;
+                    pos += 8;
+                    put_varint(out, key);
+                    out.extend_from_slice(&(r.flow)(u64::from_le_bytes(bytes)).to_le_bytes());
+                    continue;
+                }
+                pos += 8
+            }
             2 => {
                 let len = varint_from(buf, &mut pos)? as usize;
                 let body = pos;
                 pos = pos.checked_add(len).ok_or_else(|| bad("length overflow"))?;
                 if pos > buf.len() {
                     return Err(bad("field runs past the end of its message"));
+                }
+                if let Action::Flow = act {
+                    // Packed ids, as another producer may write them.
+                    if len % 8 != 0 {
+                        return Err(bad("packed flow ids not a multiple of 8 bytes"));
+                    }
+                    put_varint(out, key);
+                    put_varint(out, len as u64);
+                    for id in buf[body..pos].chunks_exact(8) {
+                        let id = u64::from_le_bytes(id.try_into().unwrap_or([0; 8]));
+                        out.extend_from_slice(&(r.flow)(id).to_le_bytes());
+                    }
+                    continue;
                 }
                 if let Action::Descend(inner) = act {
                     let mut sub = Vec::with_capacity(len + 8);
@@ -209,20 +265,63 @@ fn rewrite_message(
     Ok(())
 }
 
-/// Merges `inputs` into `output`.
+/// Merges `inputs` into `output`, which must not exist
+/// ([`rprof_core::output::files::create_new`]).
 pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
-    let mut out = BufWriter::new(File::create(output)?);
+    let mut opened = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let name = input.display().to_string();
+        let with_name = |e: io::Error| io::Error::new(e.kind(), format!("{name}: {e}"));
+        let file = File::open(input).map_err(with_name)?;
+        let size = file.metadata().map_err(with_name)?.len();
+        opened.push(Input {
+            name,
+            size,
+            reader: Box::new(BufReader::new(file)),
+        });
+    }
+    let mut out = BufWriter::new(rprof_core::output::files::create_new_hinted(
+        output,
+        "remove it, or name another output with -o",
+    )?);
+    let result = merge_into(opened, &mut out).and_then(|s| out.flush().map(|()| s));
+    if result.is_err() {
+        // The file is ours (created new above): no half-merged trace stays.
+        drop(out);
+        let _ = std::fs::remove_file(output);
+    }
+    result
+}
+
+/// One trace to merge: its name for messages, its size in bytes (the bound
+/// on every length read from it) and its bytes.
+pub struct Input<'a> {
+    /// Shown in errors.
+    pub name: String,
+    /// Bytes in `reader`.
+    pub size: u64,
+    /// The trace.
+    pub reader: Box<dyn Read + 'a>,
+}
+
+/// Merges `inputs` into `out` (see the module doc).
+pub fn merge_into(inputs: Vec<Input<'_>>, out: &mut impl Write) -> io::Result<MergeSummary> {
     let mut summary = MergeSummary::default();
     let mut next_sequence = 1u64;
+    let mut next_flow = 1u64;
     let mut packet = Vec::new();
     let mut rewritten = Vec::new();
     let mut frame = Vec::new();
-    for (index, input) in inputs.iter().enumerate() {
+    for (index, input) in inputs.into_iter().enumerate() {
         let uuid_salt = (index as u64) << 48;
-        let name = input.display().to_string();
+        let name = input.name;
         let with_name = |e: io::Error| io::Error::new(e.kind(), format!("{name}: {e}"));
-        let mut r = BufReader::new(File::open(input).map_err(with_name)?);
+        let mut r = CountingReader {
+            inner: input.reader,
+            read: 0,
+        };
         let mut seen: HashMap<u64, u64> = HashMap::new();
+        let mut flows: HashMap<u64, u64> = HashMap::new();
         while let Some(key) = read_varint(&mut r).map_err(with_name)? {
             if key != (PACKET_FIELD << 3 | 2) {
                 return Err(with_name(io::Error::new(
@@ -236,8 +335,24 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
                     "truncated packet",
                 ))
             })?;
+            let left = input.size.saturating_sub(r.read);
+            if len > left || len > MAX_PACKET {
+                return Err(with_name(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "packet of {len} bytes at offset {} {}",
+                        r.read,
+                        if len > MAX_PACKET {
+                            format!("is larger than the {MAX_PACKET}-byte limit")
+                        } else {
+                            format!("runs past the end of the file ({left} bytes left)")
+                        }
+                    ),
+                )));
+            }
             packet.resize(len as usize, 0);
             r.read_exact(&mut packet).map_err(with_name)?;
+            rewritten.clear();
             let mut sequence = |old: u64| {
                 *seen.entry(old).or_insert_with(|| {
                     let id = next_sequence;
@@ -245,8 +360,16 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
                     id
                 })
             };
+            let mut flow = |old: u64| {
+                *flows.entry(old).or_insert_with(|| {
+                    let id = next_flow;
+                    next_flow += 1;
+                    id
+                })
+            };
             let mut renumber = Renumber {
                 sequence: &mut sequence,
+                flow: &mut flow,
                 uuid_salt,
             };
             let mut write = |p: &[u8]| -> io::Result<()> {
@@ -271,11 +394,16 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
                                 "bad packet frame in compressed_packets",
                             ))
                         };
-                        if varint_from(&inner, &mut pos)? != (PACKET_FIELD << 3 | 2) {
+                        if varint_from(&inner, &mut pos).map_err(with_name)?
+                            != (PACKET_FIELD << 3 | 2)
+                        {
                             return Err(bad());
                         }
-                        let len = varint_from(&inner, &mut pos)? as usize;
-                        let p = inner.get(pos..pos + len).ok_or_else(bad)?;
+                        let len = varint_from(&inner, &mut pos).map_err(with_name)? as usize;
+                        let p = pos
+                            .checked_add(len)
+                            .and_then(|end| inner.get(pos..end))
+                            .ok_or_else(bad)?;
                         write(p).map_err(with_name)?;
                         pos += len;
                     }
@@ -283,9 +411,22 @@ pub fn merge(inputs: &[&Path], output: &Path) -> io::Result<MergeSummary> {
             }
         }
     }
-    out.flush()?;
-    summary.sequences = (next_sequence - 1) as u32;
+    summary.sequences = u32::try_from(next_sequence - 1).unwrap_or(u32::MAX);
     Ok(summary)
+}
+
+/// Counts the bytes read, to bound lengths by what is left.
+struct CountingReader<'a> {
+    inner: Box<dyn Read + 'a>,
+    read: u64,
+}
+
+impl Read for CountingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -371,10 +512,206 @@ mod tests {
             packet(&[(10, 3)], &[(11, 0)]),
         ]);
         assert_eq!(std::fs::read(&o).unwrap(), file(&expect));
+        // The output is never overwritten.
+        let err = merge(&[&a, &b], &o).unwrap_err().to_string();
+        assert!(err.contains("o.pftrace already exists"), "{err}");
+        assert_eq!(std::fs::read(&o).unwrap(), file(&expect));
+        std::fs::remove_file(&o).unwrap();
         std::fs::write(&b, b"garbage").unwrap();
         let err = merge(&[&a, &b], &o).unwrap_err();
         assert!(err.to_string().contains("b.pftrace"), "{err}");
+        assert!(!o.exists(), "a failed merge leaves no output");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A TrackEvent packet on sequence `seq` with `flows` (fixed64 field
+    /// 47) and `terminating` (48), as rprof's writer encodes them.
+    fn flow_packet(seq: u64, flows: &[u64], terminating: &[u64]) -> Vec<u8> {
+        let mut p = message(&[(10, seq)]);
+        let mut e = message(&[(11, 3)]);
+        for (field, ids) in [(47u64, flows), (48, terminating)] {
+            for &id in ids {
+                put_varint(&mut e, field << 3 | 1);
+                e.extend_from_slice(&id.to_le_bytes());
+            }
+        }
+        put_varint(&mut p, 11 << 3 | 2);
+        put_varint(&mut p, e.len() as u64);
+        p.extend_from_slice(&e);
+        p
+    }
+
+    fn merged(inputs: &[Vec<u8>]) -> io::Result<(MergeSummary, Vec<u8>)> {
+        let mut out = Vec::new();
+        let inputs = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Input {
+                name: format!("in{i}"),
+                size: f.len() as u64,
+                reader: Box::new(&f[..]),
+            })
+            .collect();
+        merge_into(inputs, &mut out).map(|s| (s, out))
+    }
+
+    #[test]
+    fn flow_ids_of_two_hosts_with_the_same_pid_stay_apart() {
+        // The same pid on two machines: the same correlation ids.
+        let id = |n: u64| 4242u64 << 32 | n;
+        let host = file(&[
+            flow_packet(1, &[id(1), id(2)], &[]),
+            flow_packet(1, &[], &[id(1)]),
+            flow_packet(1, &[], &[id(2)]),
+        ]);
+        let (s, out) = merged(&[host.clone(), host]).unwrap();
+        assert_eq!(s.packets, 6);
+        let mut want = file(&[
+            flow_packet(1, &[1, 2], &[]),
+            flow_packet(1, &[], &[1]),
+            flow_packet(1, &[], &[2]),
+        ]);
+        let second = [
+            flow_packet(2, &[3, 4], &[]),
+            flow_packet(2, &[], &[3]),
+            flow_packet(2, &[], &[4]),
+        ];
+        let mut salted = Vec::new();
+        for p in second {
+            // Track uuid 3 of input 1 becomes 3 ^ 1 << 48.
+            let mut r = Renumber {
+                sequence: &mut |s| s,
+                flow: &mut |f| f,
+                uuid_salt: 1 << 48,
+            };
+            let mut q = Vec::new();
+            rewrite_message(Message::Packet, &p, &mut q, &mut r).unwrap();
+            salted.push(q);
+        }
+        want.extend(file(&salted));
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn packed_flow_ids_are_renumbered_too() {
+        let mut p = message(&[(10, 1)]);
+        let mut e = Vec::new();
+        put_varint(&mut e, 47 << 3 | 2);
+        put_varint(&mut e, 16);
+        e.extend_from_slice(&77u64.to_le_bytes());
+        e.extend_from_slice(&99u64.to_le_bytes());
+        put_varint(&mut p, 11 << 3 | 2);
+        put_varint(&mut p, e.len() as u64);
+        p.extend_from_slice(&e);
+        let (_, out) = merged(&[file(&[p.clone()]), file(&[p])]).unwrap();
+        let ids: Vec<u64> = (0..4)
+            .map(|i| {
+                let at = out.len() / 2 * (i / 2) + out.len() / 2 - 16 + 8 * (i % 2);
+                u64::from_le_bytes(out[at..at + 8].try_into().unwrap())
+            })
+            .collect();
+        assert_eq!(ids, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_length_beyond_the_file_is_refused_before_allocating() {
+        let mut f = Vec::new();
+        put_varint(&mut f, 10);
+        put_varint(&mut f, u64::MAX >> 1);
+        let err = merged(&[f]).unwrap_err().to_string();
+        assert!(err.starts_with("in0: packet of"), "{err}");
+        assert!(err.contains("bytes at offset"), "{err}");
+        let mut f = Vec::new();
+        put_varint(&mut f, 10);
+        put_varint(&mut f, 5);
+        f.extend_from_slice(b"abc");
+        let err = merged(&[f]).unwrap_err().to_string();
+        assert!(
+            err.contains("runs past the end of the file (3 bytes left)"),
+            "{err}"
+        );
+    }
+
+    /// Deterministic mutation fuzzing on stable Rust: seed traces (rprof's
+    /// shapes: descriptors, events with flows, defaults) mutated by a fixed
+    /// xorshift sequence; every result must be Ok or an error, never a
+    /// panic, and the output never larger than its inputs allow.
+    /// `RPROF_FUZZ_ITERATIONS` raises the count (CI: the default).
+    #[test]
+    fn fuzz_merge_never_panics() {
+        let iterations: u64 = std::env::var("RPROF_FUZZ_ITERATIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let seeds = [
+            file(&[
+                descriptor(1, 5, 4),
+                packet(&[(8, 100), (10, 1)], &[(9, 1), (11, 5)]),
+            ]),
+            file(&[
+                flow_packet(1, &[1 << 32 | 1, 1 << 32 | 2], &[]),
+                flow_packet(1, &[], &[1 << 32 | 1]),
+            ]),
+            {
+                // A packet with defaults (59 → 11 → 11).
+                let d = message(&[(11, 9)]);
+                let mut pd = Vec::new();
+                put_varint(&mut pd, 11 << 3 | 2);
+                put_varint(&mut pd, d.len() as u64);
+                pd.extend_from_slice(&d);
+                let mut p = message(&[(10, 2)]);
+                put_varint(&mut p, 59 << 3 | 2);
+                put_varint(&mut p, pd.len() as u64);
+                p.extend_from_slice(&pd);
+                file(&[p])
+            },
+        ];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut ok, mut errors) = (0u64, 0u64);
+        for _ in 0..iterations {
+            let mut inputs = Vec::new();
+            for _ in 0..1 + next() % 2 {
+                let mut f = seeds[(next() % seeds.len() as u64) as usize].clone();
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() % (f.len() as u64 + 1)) as usize;
+                    match next() % 5 {
+                        0 if at < f.len() => f[at] ^= 1 << (next() % 8),
+                        1 if at < f.len() => {
+                            f[at] = [0x00, 0x7f, 0x80, 0xff][(next() % 4) as usize]
+                        }
+                        2 => f.insert(at, next() as u8),
+                        3 if at < f.len() => {
+                            f.truncate(at);
+                        }
+                        _ => f
+                            .splice(at..at, [0xff; 9].iter().copied().chain([0x01]))
+                            .for_each(drop),
+                    }
+                }
+                inputs.push(f);
+            }
+            let total: usize = inputs.iter().map(Vec::len).sum();
+            match std::panic::catch_unwind(|| merged(&inputs)) {
+                Ok(Ok((_, out))) => {
+                    // Renumbered ids are at most 10 bytes more per field.
+                    assert!(out.len() <= 8 * total + 64, "{} from {total}", out.len());
+                    ok += 1;
+                }
+                Ok(Err(e)) => {
+                    assert!(e.to_string().starts_with("in"), "{e}");
+                    errors += 1;
+                }
+                Err(_) => panic!("merge panicked on inputs {inputs:?}"),
+            }
+        }
+        assert_eq!(ok + errors, iterations);
+        assert!(ok > 0 && errors > 0, "ok {ok}, errors {errors}");
     }
 
     /// A `compressed_packets` bundle merges like its packets written plainly.

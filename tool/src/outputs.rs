@@ -11,7 +11,26 @@ use rprof_core::sink::RecordSink;
 
 /// The sinks for `config`: Perfetto, CSV and JSON as listed in its formats,
 /// plus the statistics sink with `--stats`.
+///
+/// Every file is created new ([`rprof_core::output::files::create_new`]):
+/// when one cannot be (its name is taken, or is a symbolic link), the files
+/// this call already created are removed again, so a refused run leaves no
+/// empty outputs behind.
 pub fn open_outputs(config: &TraceConfig) -> io::Result<Vec<Box<dyn RecordSink + Send>>> {
+    let mut created = Vec::new();
+    let result = open_each(config, &mut created);
+    if result.is_err() {
+        for p in created {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    result
+}
+
+fn open_each(
+    config: &TraceConfig,
+    created: &mut Vec<std::path::PathBuf>,
+) -> io::Result<Vec<Box<dyn RecordSink + Send>>> {
     let mut sinks: Vec<Box<dyn RecordSink + Send>> = Vec::new();
     let path = |suffix: &str| -> io::Result<std::path::PathBuf> {
         let p = config.output_path(suffix);
@@ -20,30 +39,101 @@ pub fn open_outputs(config: &TraceConfig) -> io::Result<Vec<Box<dyn RecordSink +
     };
     if config.formats.pftrace {
         // RPROF_PFTRACE_ENCODING=plain: absolute timestamps, no compression
-        // (each packet readable on its own; about 3x larger).
+        // (each packet readable on its own; about 6x larger).
         let encoding = match std::env::var("RPROF_PFTRACE_ENCODING").as_deref() {
             Ok("plain") => WriterOptions::plain(),
             _ => WriterOptions::default(),
         };
+        let p = path(".pftrace")?;
         sinks.push(Box::new(PerfettoSink::with_options(
-            &path(".pftrace")?,
+            &p,
             PerfettoOptions {
                 encoding,
                 ..Default::default()
             },
         )?));
+        created.push(p);
     }
     if config.formats.csv {
-        sinks.push(Box::new(CsvSink::create(&path("_kernel_trace.csv")?)?));
+        let p = path("_kernel_trace.csv")?;
+        sinks.push(Box::new(CsvSink::create(&p)?));
+        created.push(p);
     }
     if config.formats.json {
-        sinks.push(Box::new(JsonSink::create(&path("_results.json")?)?));
+        let p = path("_results.json")?;
+        sinks.push(Box::new(JsonSink::create(&p)?));
+        created.push(p);
     }
     if config.stats {
-        sinks.push(Box::new(StatsSink::new(
-            Some(path("_kernel_stats.csv")?),
-            true,
-        )));
+        let p = path("_kernel_stats.csv")?;
+        sinks.push(Box::new(StatsSink::create(p.clone(), true)?));
+        created.push(p);
     }
     Ok(sinks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rprof_core::config::ProcessFacts;
+
+    fn config(dir: &std::path::Path, formats: &str, stats: bool) -> TraceConfig {
+        let dir = dir.to_string_lossy().into_owned();
+        let formats = formats.to_string();
+        let lookup = move |k: &str| match k {
+            "RPROF_KERNEL_TRACE" => Some("1".to_string()),
+            "RPROF_STATS" if stats => Some("1".to_string()),
+            "RPROF_OUTPUT_DIR" => Some(dir.clone()),
+            "RPROF_OUTPUT_NAME" => Some("run".to_string()),
+            "RPROF_OUTPUT_FORMAT" => Some(formats.clone()),
+            _ => None,
+        };
+        let facts = ProcessFacts {
+            pid: 1,
+            ppid: 1,
+            hostname: "h".into(),
+        };
+        TraceConfig::from_source(&lookup, &facts).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_taken_name_refuses_the_run_and_leaves_no_new_files() {
+        let dir = std::env::temp_dir().join(format!("rprof-outputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // An earlier run's statistics: pftrace, CSV and JSON would be
+        // created first, and must go again.
+        std::fs::write(dir.join("run_kernel_stats.csv"), b"earlier").unwrap();
+        let e = match open_outputs(&config(&dir, "pftrace,csv,json", true)) {
+            Ok(_) => panic!("a taken name was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.starts_with(&format!(
+                "{} already exists",
+                dir.join("run_kernel_stats.csv").display()
+            )),
+            "{e}"
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["run_kernel_stats.csv"]);
+        assert_eq!(
+            std::fs::read(dir.join("run_kernel_stats.csv")).unwrap(),
+            b"earlier"
+        );
+        // A free name opens all four.
+        std::fs::remove_file(dir.join("run_kernel_stats.csv")).unwrap();
+        assert_eq!(
+            open_outputs(&config(&dir, "pftrace,csv,json", true))
+                .unwrap()
+                .len(),
+            4
+        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 /// Path of the shared object this code lives in, if it is a shared library
 /// (not when the crate is linked into an executable).
-fn own_library_path() -> Option<PathBuf> {
+pub(crate) fn own_library_path() -> Option<PathBuf> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),

@@ -21,8 +21,9 @@
 //! the runtime itself. Original entries are the runtime's, copied at
 //! `OnLoad`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::mem::offset_of;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -132,12 +133,54 @@ unsafe fn signal_facts(signal: hsa_signal_t) -> (i64, bool) {
     }
 }
 
-/// The common wrapper body.
+#[cfg(test)]
+thread_local! {
+    /// Test-only fault injection: rprof's bookkeeping panics right after the
+    /// runtime's wait returned.
+    static PANIC_AFTER_WAIT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The wrapper body under `catch_unwind`: the runtime's wait runs exactly
+/// once. A panic in rprof's bookkeeping before the wait falls back to the
+/// plain wait; one after the wait returned gives back that wait's value
+/// (waiting again would change what the app sees: the signal may have moved
+/// on, and the app would block for another round).
+///
+/// # Safety
+/// Arguments as for the runtime's wait; `original` is the runtime's entry.
+unsafe fn guarded_wait(
+    original: WaitFn,
+    signal: hsa_signal_t,
+    condition: hsa_signal_condition_t,
+    compare: hsa_signal_value_t,
+    timeout: u64,
+    state: hsa_wait_state_t,
+) -> hsa_signal_value_t {
+    let waited: Cell<Option<hsa_signal_value_t>> = Cell::new(None);
+    let traced = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's arguments and the runtime's own entry.
+        unsafe {
+            traced_wait(
+                original, &waited, signal, condition, compare, timeout, state,
+            )
+        }
+    }));
+    match (traced, waited.get()) {
+        (Ok(v), _) => v,
+        (Err(_), Some(v)) => v,
+        // SAFETY: as above; the runtime's wait has not run yet.
+        (Err(_), None) => unsafe { original(signal, condition, compare, timeout, state) },
+    }
+}
+
+/// The common wrapper body. Every call of `original` stores its result in
+/// `waited` before anything else runs.
 ///
 /// # Safety
 /// Arguments as for the runtime's wait; `original` is the runtime's entry.
 unsafe fn traced_wait(
     original: WaitFn,
+    waited: &Cell<Option<hsa_signal_value_t>>,
     signal: hsa_signal_t,
     condition: hsa_signal_condition_t,
     compare: hsa_signal_value_t,
@@ -147,7 +190,9 @@ unsafe fn traced_wait(
     // Fast exit for every wait that cannot be a doorbell wait.
     if signal.handle == 0 || !has_doorbell_shape(condition, compare, state) {
         // SAFETY: forwarding the caller's arguments to the runtime.
-        return unsafe { original(signal, condition, compare, timeout, state) };
+        let v = unsafe { original(signal, condition, compare, timeout, state) };
+        waited.set(Some(v));
+        return v;
     }
     // SAFETY: the caller waits on this signal, so it is live.
     let (value_now, has_mailbox) = unsafe { signal_facts(signal) };
@@ -156,7 +201,9 @@ unsafe fn traced_wait(
             i.engine.count_rpc_unrecognised();
         }
         // SAFETY: as above.
-        return unsafe { original(signal, condition, compare, timeout, state) };
+        let v = unsafe { original(signal, condition, compare, timeout, state) };
+        waited.set(Some(v));
+        return v;
     }
     let enter = boottime_ns();
     let done = DOORBELL
@@ -172,6 +219,11 @@ unsafe fn traced_wait(
     }
     // SAFETY: as above.
     let value = unsafe { original(signal, condition, compare, timeout, state) };
+    waited.set(Some(value));
+    #[cfg(test)]
+    if PANIC_AFTER_WAIT.with(Cell::get) {
+        panic!("injected bookkeeping failure after the wait");
+    }
     let now = boottime_ns();
     let ring = INSTALLED
         .get()
@@ -209,19 +261,58 @@ macro_rules! wrapper {
             let Some(original) = INSTALLED.get().and_then(|i| i.$field) else {
                 return compare;
             };
-            let traced = std::panic::catch_unwind(|| {
-                // SAFETY: the runtime's own entry with the caller's arguments.
-                unsafe { traced_wait(original, signal, condition, compare, timeout, state) }
-            });
-            match traced {
-                Ok(v) => v,
-                // SAFETY: as above; a panic in rprof's bookkeeping falls back
-                // to the plain wait.
-                Err(_) => unsafe { original(signal, condition, compare, timeout, state) },
-            }
+            // SAFETY: the runtime's own entry with the caller's arguments.
+            unsafe { guarded_wait(original, signal, condition, compare, timeout, state) }
         }
     };
 }
 
 wrapper!(wait_scacquire, scacquire);
 wrapper!(wait_relaxed, relaxed);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    static WAITS: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "C" fn counting_wait(
+        _signal: hsa_signal_t,
+        _condition: hsa_signal_condition_t,
+        _compare: hsa_signal_value_t,
+        _timeout: u64,
+        _state: hsa_wait_state_t,
+    ) -> hsa_signal_value_t {
+        WAITS.fetch_add(1, Ordering::SeqCst);
+        7
+    }
+
+    #[test]
+    fn a_panic_after_the_wait_returned_never_waits_a_second_time() {
+        // A doorbell-shaped signal: value 1, an event mailbox.
+        // SAFETY: amd_signal_t is plain data; all-zero is a valid value.
+        let mut sig: Box<amd_signal_t> = Box::new(unsafe { std::mem::zeroed() });
+        sig.event_mailbox_ptr = 0x1000;
+        sig.__bindgen_anon_1.value = 1;
+        let handle = hsa_signal_t {
+            handle: &*sig as *const amd_signal_t as u64,
+        };
+        let (ne, blocked) = (1, 0);
+        assert!(has_doorbell_shape(ne, 0, blocked));
+        PANIC_AFTER_WAIT.with(|p| p.set(true));
+        // SAFETY: a live fake signal and a fake wait that only counts.
+        let v = unsafe { guarded_wait(counting_wait, handle, ne, 0, u64::MAX, blocked) };
+        PANIC_AFTER_WAIT.with(|p| p.set(false));
+        assert_eq!(v, 7);
+        assert_eq!(
+            WAITS.load(Ordering::SeqCst),
+            1,
+            "the runtime's wait ran twice"
+        );
+        // Without the fault: still exactly one wait per call.
+        // SAFETY: as above.
+        let v = unsafe { guarded_wait(counting_wait, handle, ne, 0, u64::MAX, blocked) };
+        assert_eq!((v, WAITS.load(Ordering::SeqCst)), (7, 2));
+    }
+}

@@ -25,8 +25,8 @@ use hsa_sys::{
 };
 use rprof_core::config::TraceConfig;
 use rprof_core::engine::{
-    boottime_ns, hardware_ring_takes, hardware_slots, Engine, EngineOptions, QueueContext,
-    RawPacket, WriterOutcome,
+    boottime_ns, hardware_ring_takes, hardware_slots, join_within, Engine, EngineOptions,
+    QueueContext, RawPacket, WriterOutcome,
 };
 use rprof_core::kernels::{KernelTable, NamePolicy};
 use rprof_core::record::{AgentInfo, RunInfo};
@@ -39,10 +39,13 @@ use crate::signals::{PoolSource, PooledSignal, RocrBackend, RocrSignals};
 
 /// How long the flush waits for dispatches still on the device.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the flush waits for the completion thread to stop (or, at
+/// exit, to settle the recorded dispatches).
+const COMPLETION_JOIN: Duration = Duration::from_secs(2);
+/// How long the flush waits for the writer to finish the outputs.
+const WRITER_JOIN: Duration = Duration::from_secs(5);
 /// How long `hsa_queue_destroy` waits for the queue's traced dispatches.
 const QUEUE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default number of timestamp signals (memory signals: no driver events).
-const DEFAULT_POOL_SIZE: u32 = 4096;
 
 /// Everything a running trace needs, alive for the rest of the process.
 pub struct Session {
@@ -59,6 +62,11 @@ pub struct Session {
     queues: Mutex<HashMap<usize, *const QueueState>>,
     threads: Mutex<Option<(JoinHandle<()>, JoinHandle<WriterOutcome>)>>,
     finished: AtomicBool,
+    /// The completion thread, still recycling for the ring guard after an
+    /// at-exit flush (see [`Session::end_guard`]).
+    guard_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The output files, in the order of the sinks.
+    outputs: Vec<std::path::PathBuf>,
     verbose: bool,
     /// Measurement mode: intercept queues with profiling, packets unchanged.
     passthrough: bool,
@@ -138,6 +146,26 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
+    let tuning = match crate::tuning::Tuning::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("rprof: configuration error: {e}; the application runs untraced");
+            return true;
+        }
+    };
+    // One tracer per process: another copy of this library (at another
+    // path) that already traces would write the same files.
+    if let Some(other) = crate::single::other_tracer() {
+        let me = crate::preload::own_library_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "this copy".into());
+        eprintln!(
+            "rprof: another rprof tool library ({}) already traces this process; {me} stays inactive",
+            other.display()
+        );
+        return true;
+    }
+    crate::single::claim();
     // SAFETY: the pointer `OnLoad` received.
     let rt = match unsafe { Runtime::from_tables(table) } {
         Ok(rt) => rt,
@@ -159,11 +187,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
             return true;
         }
     };
-    let pool_size = std::env::var("RPROF_SIGNAL_POOL_SIZE")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| (1..=1 << 20).contains(n))
-        .unwrap_or(DEFAULT_POOL_SIZE)
+    let pool_size = tuning
+        .pool_size
         // A serialized dispatch takes three signals at once.
         .max(if config.serialize_kernels { 3 } else { 1 });
     let pool = match SignalPool::new(
@@ -186,14 +211,11 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
     let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
         serialize: config.serialize_kernels,
-        host_forwarding: std::env::var("RPROF_FORWARD_APP_SIGNAL").is_ok_and(|v| v == "host"),
+        host_forwarding: tuning.host_forwarding,
         ..EngineOptions::default()
     };
-    if let Some(us) = std::env::var("RPROF_COMPLETION_MAX_BACKOFF_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        options.max_backoff = Duration::from_micros(us.clamp(1, 100_000));
+    if let Some(b) = tuning.max_backoff {
+        options.max_backoff = b;
     }
     let engine = Arc::new(Engine::new(options));
     let run = run_info();
@@ -207,8 +229,10 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         queues: Mutex::new(HashMap::new()),
         threads: Mutex::new(None),
         finished: AtomicBool::new(false),
-        verbose: std::env::var_os("RPROF_VERBOSE").is_some(),
-        passthrough: std::env::var("RPROF_INTERCEPT_PASSTHROUGH").is_ok_and(|v| v == "1"),
+        guard_thread: Mutex::new(None),
+        outputs: crate::report::output_files(&config),
+        verbose: tuning.verbose,
+        passthrough: tuning.passthrough,
         markers: rt.amd.version.major_id >= 2,
     }));
     let threads = match start_threads(engine, RocrBackend::new(rt), sinks, kernels, run, agents) {
@@ -249,6 +273,8 @@ pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
         // A forked child has none of rprof's threads: it runs untraced.
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
+    // SIGTERM / SIGINT: flush, then end as the signal would have.
+    crate::terminate::install(flush_on_signal);
     true
 }
 
@@ -391,20 +417,37 @@ fn enumerate_agents(rt: &Runtime) -> Vec<AgentInfo> {
 }
 
 impl Session {
-    /// Whether some traced queue holds packets the interceptor has not seen.
-    fn undelivered_packets(&self) -> bool {
-        let (Some(read), Some(write)) = (
-            self.rt.core.hsa_queue_load_read_index_relaxed_fn,
-            self.rt.core.hsa_queue_load_write_index_relaxed_fn,
-        ) else {
+    /// The write index of every traced queue now: the packets the app has
+    /// written so far.
+    fn write_indices(&self) -> Vec<(usize, u64)> {
+        let Some(write) = self.rt.core.hsa_queue_load_write_index_relaxed_fn else {
+            return Vec::new();
+        };
+        let queues = lock(&self.queues);
+        queues
+            .keys()
+            .map(|&q| {
+                // SAFETY: queues in the map are alive: the destroy hook
+                // removes them (under this lock) before the runtime
+                // destroys them.
+                (q, unsafe { write(q as *const hsa_queue_t) })
+            })
+            .collect()
+    }
+
+    /// Whether some traced queue still holds, undelivered to the
+    /// interceptor, packets written before `snapshot` was taken (packets
+    /// written later do not count: app threads may keep launching while the
+    /// process exits).
+    fn undelivered_packets(&self, snapshot: &[(usize, u64)]) -> bool {
+        let Some(read) = self.rt.core.hsa_queue_load_read_index_relaxed_fn else {
             return false;
         };
         let queues = lock(&self.queues);
-        queues.keys().any(|&q| {
-            let q = q as *const hsa_queue_t;
-            // SAFETY: queues in the map are alive: the destroy hook removes
-            // them (under this lock) before the runtime destroys them.
-            unsafe { read(q) < write(q) }
+        snapshot.iter().any(|&(q, written)| {
+            queues.contains_key(&q)
+                // SAFETY: as in `write_indices`; still in the map.
+                && unsafe { read(q as *const hsa_queue_t) } < written
         })
     }
 
@@ -418,35 +461,79 @@ impl Session {
     /// Flushes the trace: waits (bounded) for dispatches on the device, lets
     /// the completion and writer threads finish, and closes the outputs.
     /// Idempotent; later calls return at once.
-    fn finish(&self, why: &str) {
+    ///
+    /// `at_exit`: the process is exiting (`exit` from any thread, possibly
+    /// while other threads keep launching kernels): only packets written
+    /// before the flush began are waited for, and the ring guard stays on
+    /// for whatever the app submits afterwards (see
+    /// [`Engine::keep_guard_after_stop`]).
+    ///
+    /// Every wait is bounded: a device that never finishes, a completion
+    /// thread or a writer that is stuck (a FIFO nobody reads, a hung file
+    /// system) costs at most [`FLUSH_TIMEOUT`] + [`COMPLETION_JOIN`] +
+    /// [`WRITER_JOIN`]; what could not be finished is said on stderr and in
+    /// the report to the `rprof` command.
+    fn finish(&self, why: &str, at_exit: bool) {
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
         let t0 = Instant::now();
-        // Packets the app wrote that the runtime has not handed to the
-        // interceptor yet (it defers them when the hardware ring is full)
-        // are still to be traced: wait until every traced queue's proxy ring
-        // is consumed, then for the device.
-        while self.undelivered_packets() && t0.elapsed() < FLUSH_TIMEOUT {
+        // Packets the app wrote before now that the runtime has not handed
+        // to the interceptor yet (it defers them when the hardware ring is
+        // full) are still to be traced: wait until each traced queue's proxy
+        // ring has delivered them, then for the device.
+        let snapshot = self.write_indices();
+        while self.undelivered_packets(&snapshot) && t0.elapsed() < FLUSH_TIMEOUT {
             std::thread::sleep(Duration::from_micros(200));
+        }
+        if at_exit {
+            self.engine.keep_guard_after_stop();
         }
         let left = self
             .engine
             .begin_shutdown(FLUSH_TIMEOUT.saturating_sub(t0.elapsed()));
         let threads = lock(&self.threads).take();
         let mut outcome = None;
+        let mut writer_stuck = false;
         if let Some((completion, writer)) = threads {
-            let _ = completion.join();
+            if at_exit {
+                // The completion thread keeps recycling for the app's
+                // remaining launches; wait only until it has settled the
+                // recorded dispatches.
+                let t = Instant::now();
+                while !self.engine.records_closed() && t.elapsed() < COMPLETION_JOIN {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                *lock(&self.guard_thread) = Some(completion);
+            } else if join_within(completion, COMPLETION_JOIN).is_none() {
+                eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
+            }
             self.engine.stop_writer();
-            outcome = writer.join().ok();
+            outcome = join_within(writer, WRITER_JOIN);
+            writer_stuck = outcome.is_none();
         }
         // Destroy the timestamp signals while the runtime is still up (no
         // handle is out once the completion thread has returned, except for
-        // dispatches given up on, which keep the pool open).
-        let _ = self.source.pool().shutdown();
+        // dispatches given up on, which keep the pool open). Not at exit:
+        // the completion thread still recycles them for the app's threads.
+        if !at_exit {
+            let _ = self.source.pool().shutdown();
+        }
         if left > 0 {
             eprintln!("rprof: {left} dispatches were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
         }
+        let stuck_reason = format!(
+            "the output writer did not finish within {WRITER_JOIN:?} (stuck writing: a FIFO nobody reads, a hung file system?); {} records were still queued",
+            self.engine.records_queued()
+        );
+        if writer_stuck {
+            eprintln!("rprof: {stuck_reason}; the outputs are incomplete");
+        }
+        crate::report::report_outputs(
+            &self.outputs,
+            outcome.as_ref().map(|o| &o.sink_failures[..]),
+            &stuck_reason,
+        );
         if let Some(o) = outcome {
             let m = o.metadata;
             if m.records_lost > 0 {
@@ -476,10 +563,23 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Before the runtime shuts down after an at-exit flush (HIP and others
+    /// call `hsa_shut_down` from their own exit handlers): the completion
+    /// thread stops recycling, since the runtime's signals go away.
+    fn end_guard(&self) {
+        if let Some(t) = lock(&self.guard_thread).take() {
+            self.engine.stop_guard();
+            let _ = join_within(t, COMPLETION_JOIN);
+        }
+    }
+}
+
 /// `OnUnload`: the runtime is unloading rprof (inside `hsa_shut_down`).
 pub fn on_unload() {
     if let Some(s) = session() {
-        s.finish("OnUnload");
+        s.finish("OnUnload", false);
+        s.end_guard();
     }
 }
 
@@ -493,7 +593,15 @@ extern "C" {
 extern "C" fn in_forked_child() {
     if let Some(s) = session() {
         s.finished.store(true, Ordering::Release);
-        s.engine.stop_tracing_now();
+        s.engine.forked_child();
+        crate::terminate::in_forked_child();
+    }
+}
+
+/// The flush for SIGTERM / SIGINT (`terminate`), on rprof's signal thread.
+fn flush_on_signal(why: &str) {
+    if let Some(s) = session() {
+        s.finish(why, true);
     }
 }
 
@@ -503,7 +611,7 @@ extern "C" fn at_exit() {
         || (),
         || {
             if let Some(s) = session() {
-                s.finish("exit");
+                s.finish("exit", true);
             }
         },
     )
@@ -533,7 +641,8 @@ unsafe extern "C" fn hook_shut_down() -> hsa_status_t {
         || (),
         || {
             if s.init_depth.fetch_sub(1, Ordering::AcqRel) == 1 {
-                s.finish("hsa_shut_down");
+                s.finish("hsa_shut_down", false);
+                s.end_guard();
             }
         },
     );

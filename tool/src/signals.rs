@@ -7,14 +7,14 @@
 //! at `OnLoad` and checked to be present; signal handles passed to them are
 //! ones this module created and still owns.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use hsa_sys::{
     hsa_agent_t, hsa_amd_profiling_dispatch_time_t, hsa_signal_t, HSA_AMD_SIGNAL_AMD_GPU_ONLY,
     HSA_STATUS_SUCCESS,
 };
 use rprof_core::engine::{CompletionBackend, DispatchSignal, SignalSource};
-use rprof_pool::{ProviderError, RawSignal, SignalHandle, SignalPool, SignalProvider};
+use rprof_pool::{PoolError, ProviderError, RawSignal, SignalHandle, SignalPool, SignalProvider};
 
 use crate::runtime::Runtime;
 
@@ -83,11 +83,11 @@ pub type Pool = SignalPool<RocrSignals>;
 /// A pooled signal owned by one in-flight dispatch; dropping it resets the
 /// signal to 1 and returns it to the pool.
 #[derive(Debug)]
-pub struct PooledSignal {
-    handle: SignalHandle<'static, RocrSignals>,
+pub struct PooledSignal<P: SignalProvider + 'static = RocrSignals> {
+    handle: SignalHandle<'static, P>,
 }
 
-impl DispatchSignal for PooledSignal {
+impl<P: SignalProvider + std::fmt::Debug + 'static> DispatchSignal for PooledSignal<P> {
     fn handle(&self) -> u64 {
         self.handle.raw().0
     }
@@ -95,30 +95,68 @@ impl DispatchSignal for PooledSignal {
 
 /// The interceptor's view of the pool.
 #[derive(Debug)]
-pub struct PoolSource {
-    pool: &'static Pool,
+pub struct PoolSource<P: SignalProvider + 'static = RocrSignals> {
+    pool: &'static SignalPool<P>,
     capacity: usize,
+    /// The pool can never hand out a signal again (the runtime created
+    /// none, or the pool is closed): reported once, then every kernel passes
+    /// through untraced at once instead of waiting for a signal.
+    failed: AtomicBool,
+    /// The pool stopped growing below its capacity (reported once).
+    stunted: AtomicBool,
 }
 
-impl PoolSource {
+impl<P: SignalProvider + 'static> PoolSource<P> {
     /// A source over a leaked pool.
-    pub fn new(pool: &'static Pool) -> Self {
+    pub fn new(pool: &'static SignalPool<P>) -> Self {
         let capacity = pool.config().capacity as usize;
-        PoolSource { pool, capacity }
+        PoolSource {
+            pool,
+            capacity,
+            failed: AtomicBool::new(false),
+            stunted: AtomicBool::new(false),
+        }
     }
 
     /// The pool itself (for its statistics).
-    pub fn pool(&self) -> &'static Pool {
+    pub fn pool(&self) -> &'static SignalPool<P> {
         self.pool
+    }
+
+    /// Whether the pool can never hand out a signal again.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 }
 
-impl SignalSource<PooledSignal> for PoolSource {
-    fn try_acquire(&self) -> Option<PooledSignal> {
+impl<P: SignalProvider + std::fmt::Debug + 'static> SignalSource<PooledSignal<P>>
+    for PoolSource<P>
+{
+    fn try_acquire(&self) -> Option<PooledSignal<P>> {
         match self.pool.try_acquire() {
             Ok(Some(handle)) => Some(PooledSignal { handle }),
-            _ => None,
+            Ok(None) => None,
+            // Creation failed and the pool kept what it had: ordinary
+            // back-pressure on a smaller pool.
+            Err(PoolError::Create { error, pool_size }) if pool_size > 0 => {
+                if !self.stunted.swap(true, Ordering::AcqRel) {
+                    eprintln!("rprof: the runtime could not create more timestamp signals ({error}); tracing goes on with {pool_size}");
+                }
+                None
+            }
+            // Nothing to wait for, ever.
+            Err(e) => {
+                if !self.failed.swap(true, Ordering::AcqRel) && e != PoolError::Closed {
+                    eprintln!("rprof: the runtime could not create timestamp signals ({e}); kernels from now on run untraced and are counted as lost");
+                }
+                self.failed.store(true, Ordering::Release);
+                None
+            }
         }
+    }
+
+    fn never_available(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
     /// Not for hot paths: reads the pool's statistics (takes its lock).
@@ -202,5 +240,75 @@ impl CompletionBackend for RocrBackend {
             )
         };
         (status == HSA_STATUS_SUCCESS).then_some((t.start, t.end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rprof_core::engine::{Engine, EngineOptions, QueueContext, RawPacket};
+    use rprof_pool::PoolConfig;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A runtime whose signal creation always fails.
+    #[derive(Debug)]
+    struct NoSignals;
+
+    impl SignalProvider for NoSignals {
+        fn create(&self, _initial: i64) -> Result<RawSignal, ProviderError> {
+            Err(ProviderError {
+                status: hsa_sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES,
+            })
+        }
+        fn reset(&self, _signal: RawSignal, _value: i64) {}
+        fn destroy(&self, _signal: RawSignal) {}
+    }
+
+    fn kernel_packet() -> RawPacket {
+        let mut p = RawPacket::ZERO;
+        let header =
+            (hsa_sys::HSA_PACKET_TYPE_KERNEL_DISPATCH << hsa_sys::HSA_PACKET_HEADER_TYPE) as u16;
+        p.bytes[0..2].copy_from_slice(&header.to_le_bytes());
+        p.bytes[32..40].copy_from_slice(&0x1000u64.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn failing_signal_creation_never_makes_a_launch_wait() {
+        let pool: &'static SignalPool<NoSignals> = Box::leak(Box::new(
+            SignalPool::new(
+                NoSignals,
+                PoolConfig {
+                    capacity: 64,
+                    batch: 16,
+                    initial_value: 1,
+                },
+            )
+            .unwrap(),
+        ));
+        let source = PoolSource::new(pool);
+        let engine: Engine<PooledSignal<NoSignals>> = Engine::new(EngineOptions {
+            pool_wait: Duration::from_secs(2),
+            ..EngineOptions::default()
+        });
+        let q = Arc::new(QueueContext::new(1, 0, 0));
+        let pkt = kernel_packet();
+        let t0 = Instant::now();
+        let mut written = Vec::new();
+        for _ in 0..3 {
+            engine.intercept(&q, &[pkt], &source, |out| written.extend_from_slice(out));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "3 launches took {:?}",
+            t0.elapsed()
+        );
+        // Passed through unchanged, counted lost, nothing in flight.
+        assert_eq!(written, [pkt, pkt, pkt]);
+        assert_eq!(engine.counters().lost.load(Ordering::SeqCst), 3);
+        assert_eq!(engine.in_flight(), 0);
+        assert!(source.failed());
+        assert_eq!(pool.stats().create_failures, 1);
     }
 }
