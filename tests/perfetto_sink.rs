@@ -306,10 +306,14 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
     .unwrap();
 }
 
+/// A fresh path for `name` (sinks never overwrite a file: an earlier run's
+/// file is removed).
 fn tmp(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("perfetto_sink")
-        .join(name)
+        .join(name);
+    let _ = std::fs::remove_file(&p);
+    p
 }
 
 struct Parsed {
@@ -1100,6 +1104,7 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
     const DOORBELL: u64 = 0x7f00_dead_0000;
     const WAKES: u64 = 50;
     let dir = tmp("rpc");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("rpc.pftrace");
     let csv_path = dir.join("rpc_kernel_trace.csv");
