@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
 # Builds rprof (release) and the benchmark workloads, then runs rprof-bench.
-# Usage: scripts/bench.sh [rprof-bench options, e.g. --reps 5 --svg docs/overhead.svg]
+# Usage: scripts/bench.sh [--runtime 5.2|6.1|6.4] [rprof-bench options, e.g. --reps 5 --svg docs/overhead.svg]
+# With --runtime 6.x the workloads are compiled inside that runtime's root and every run goes through
+# scripts/rocm-env.sh (see rprof-bench --runtime); the raw-HSA and RPC workloads are built for 5.2 only,
+# so on 6.x pass e.g. --only storm,mix.
 # Run it on a quiet machine: it measures wall time side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
+runtime=5.2
+if [ "${1:-}" = "--runtime" ]; then
+  runtime="$2"
+  shift 2
+fi
 cargo build --release --workspace
+if [ "$runtime" != 5.2 ]; then
+  work="$target/bench-rocm-$runtime"
+  mkdir -p "$work"
+  HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$runtime" -- \
+    bash hip-tests/build.sh "$work/hip"
+  cp -f "$work/hip/graph_storm" "$work/graph_storm"
+  exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" --runtime "$runtime" "$@"
+fi
 work="$target/bench"
 mkdir -p "$work"
 HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash hip-tests/build.sh "$work/hip"

@@ -23,9 +23,8 @@ use std::process::Command;
 use rprof_core::output::perfetto::{KernelArgs, PerfettoOptions, PerfettoSink, LAUNCH_TABLE_LIMIT};
 use rprof_core::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
 use rprof_core::sink::{KernelInfo, RecordSink};
-use rprof_perfetto::prost::Message;
-use rprof_perfetto::protos::{debug_annotation, trace_packet::Data, track_event, Trace};
-use rprof_perfetto::ClockReadings;
+use rprof_perfetto::protos::{debug_annotation, trace_packet::Data, track_event};
+use rprof_perfetto::{ClockReadings, WriterOptions};
 use serde_json::Value;
 
 /// Counts allocations per thread, so tests running in parallel do not
@@ -276,6 +275,7 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
             monotonic_ns: BASE_NS - 5_000,
             realtime_ns: 1_700_000_000_000_000_000,
         }),
+        ..Default::default()
     };
     let mut sink = PerfettoSink::with_options(path, options).unwrap();
     sink.start(&run_info(), &agents()).unwrap();
@@ -306,10 +306,14 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
     .unwrap();
 }
 
+/// A fresh path for `name` (sinks never overwrite a file: an earlier run's
+/// file is removed).
 fn tmp(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("perfetto_sink")
-        .join(name)
+        .join(name);
+    let _ = std::fs::remove_file(&p);
+    p
 }
 
 struct Parsed {
@@ -565,7 +569,7 @@ enum Decoded {
 /// values were defined.
 fn decode_slice_args(path: &Path) -> (Vec<BTreeMap<String, Decoded>>, usize) {
     let bytes = std::fs::read(path).unwrap();
-    let trace = Trace::decode(&bytes[..]).unwrap();
+    let trace = rprof_perfetto::decode_trace(&bytes).unwrap();
     let mut names: HashMap<u64, String> = HashMap::new();
     let mut values: HashMap<u64, String> = HashMap::new();
     let mut slices = Vec::new();
@@ -713,6 +717,7 @@ fn standard_launch_table_is_bounded() {
         PerfettoOptions {
             kernel_args: KernelArgs::Standard,
             clocks: Some(ClockReadings::default()),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -831,6 +836,7 @@ fn standard_steady_state_does_not_allocate() {
         PerfettoOptions {
             kernel_args: KernelArgs::Standard,
             clocks: Some(ClockReadings::default()),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -838,8 +844,11 @@ fn standard_steady_state_does_not_allocate() {
     let mut corr = 1u64;
     let mut t = BASE_NS;
     let mut before = 0;
+    // Launch 0 defines everything; the reorder window fills during the
+    // first few (2 records per dispatch).
+    let warm = rprof_perfetto::REORDER_WINDOW / 512 + 2;
     for launch in 0..50 {
-        if launch == 1 {
+        if launch == warm {
             before = thread_allocations();
         }
         for (i, name) in names.iter().enumerate() {
@@ -858,7 +867,12 @@ fn standard_steady_state_does_not_allocate() {
     let after = thread_allocations();
     sink.finish(&RunMetadata::default()).unwrap();
     assert!(before > 0, "the counter counts (warm-up allocates)");
-    assert_eq!(after - before, 0, "allocations in 49 steady-state launches");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations in {} steady-state launches",
+        50 - warm
+    );
 }
 
 /// Graph storm: 256 near-zero kernels (eight launch configurations) launched
@@ -871,18 +885,41 @@ fn graph_storm_size_per_dispatch() {
     let names: Vec<String> = (0..256)
         .map(|i| format!("graph_node_kernel_{i:03}"))
         .collect();
-    // (mode, one intercept per dispatch, bound in bytes per dispatch)
+    let plain = WriterOptions::plain();
+    let delta = WriterOptions {
+        compress: false,
+        ..WriterOptions::default()
+    };
+    let default = WriterOptions::default();
+    // (mode, one intercept per dispatch, encoding, bound in bytes per dispatch)
     let cases = [
-        (KernelArgs::Compact, false, 60.0),
-        (KernelArgs::Compact, true, 98.0),
-        (KernelArgs::Standard, false, 76.0),
-        (KernelArgs::Standard, true, 114.0),
-        (KernelArgs::Full, false, 215.0),
-        (KernelArgs::Full, true, 253.0),
+        (KernelArgs::Compact, false, plain, 60.0),
+        (KernelArgs::Compact, true, plain, 98.0),
+        (KernelArgs::Standard, false, plain, 76.0),
+        (KernelArgs::Standard, true, plain, 114.0),
+        (KernelArgs::Full, false, plain, 215.0),
+        (KernelArgs::Full, true, plain, 253.0),
+        (KernelArgs::Compact, false, delta, 300.0),
+        (KernelArgs::Compact, true, delta, 300.0),
+        (KernelArgs::Standard, false, delta, 300.0),
+        (KernelArgs::Standard, true, delta, 300.0),
+        (KernelArgs::Full, false, delta, 300.0),
+        (KernelArgs::Full, true, delta, 300.0),
+        (KernelArgs::Compact, false, default, 10.0),
+        (KernelArgs::Compact, true, default, 15.0),
+        (KernelArgs::Standard, false, default, 15.0),
+        (KernelArgs::Standard, true, default, 15.0),
+        (KernelArgs::Full, false, default, 40.0),
+        (KernelArgs::Full, true, default, 40.0),
     ];
-    for (kernel_args, per_dispatch_intercept, bound) in cases {
+    for (kernel_args, per_dispatch_intercept, encoding, bound) in cases {
+        let enc = match (encoding.delta_timestamps, encoding.compress) {
+            (false, false) => "plain",
+            (true, false) => "delta",
+            _ => "delta+deflate",
+        };
         let label = format!(
-            "{kernel_args:?}, {}",
+            "{kernel_args:?}, {}, {enc}",
             if per_dispatch_intercept {
                 "one intercept per dispatch"
             } else {
@@ -890,7 +927,7 @@ fn graph_storm_size_per_dispatch() {
             }
         );
         let path = tmp(&format!(
-            "storm_{kernel_args:?}_{per_dispatch_intercept}.pftrace"
+            "storm_{kernel_args:?}_{per_dispatch_intercept}_{enc}.pftrace"
         ));
         let mut sink = PerfettoSink::with_options(
             &path,
@@ -901,6 +938,7 @@ fn graph_storm_size_per_dispatch() {
                     monotonic_ns: BASE_NS,
                     realtime_ns: BASE_NS,
                 }),
+                encoding,
             },
         )
         .unwrap();
@@ -981,6 +1019,7 @@ fn bench_sink_throughput() {
             PerfettoOptions {
                 kernel_args,
                 clocks: None,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -1065,6 +1104,7 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
     const DOORBELL: u64 = 0x7f00_dead_0000;
     const WAKES: u64 = 50;
     let dir = tmp("rpc");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("rpc.pftrace");
     let csv_path = dir.join("rpc_kernel_trace.csv");

@@ -42,6 +42,17 @@
 //! Write a [`ClockReadings`] snapshot first so the trace can be aligned with
 //! wall-clock time and with other traces.
 //!
+//! Encoding ([`WriterOptions`], both on by default): timestamps are written
+//! as deltas on the sequence-scoped incremental clock [`DELTA_CLOCK_ID`]
+//! (declared in that snapshot and made the default by a
+//! `TracePacketDefaults`), track events pass through a reorder window of
+//! [`REORDER_WINDOW`] events so that they leave in timestamp order and the
+//! deltas stay small, and packets are collected into zlib-deflated
+//! `compressed_packets` bundles of [`COMPRESS_CHUNK_BYTES`]. Together they
+//! make a trace about a sixth of the plain size. [`WriterOptions::plain`]
+//! writes absolute timestamps without bundles; [`decode_trace`] reads either
+//! back as plain prost packets with absolute timestamps.
+//!
 //! ```
 //! use rprof_perfetto::{Arg, ArgValue, ClockReadings, CustomTrack, Slice, TraceWriter};
 //!
@@ -68,7 +79,10 @@ pub mod protos {
     include!("generated/perfetto.protos.rs");
 }
 
+mod read;
 mod writer;
+
+pub use read::decode_trace;
 
 /// The `prost` the [`protos`] types are built with: decode a trace with
 /// `protos::Trace::decode` after `use rprof_perfetto::prost::Message`
@@ -83,5 +97,6 @@ pub use protos::track_descriptor::ChildTracksOrdering;
 pub use protos::track_descriptor::SiblingMergeBehavior;
 pub use writer::{
     AnnotationNameId, Arg, ArgValue, ClockReadings, CounterTrack, CounterValue, CustomTrack,
-    EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, SEQUENCE_ID,
+    EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, WriterOptions,
+    COMPRESS_CHUNK_BYTES, DELTA_CLOCK_ID, REORDER_WINDOW, SEQUENCE_ID,
 };

@@ -1,8 +1,9 @@
 //! [`TraceWriter`]: one packet at a time into a `BufWriter`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufWriter, Write};
 
+use flate2::{Compress, Compression, FlushCompress, Status};
 use prost::Message;
 
 use crate::protos::{
@@ -20,6 +21,64 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 
 /// Tag byte of `Trace.packet` (field 1, length-delimited).
 const TRACE_PACKET_TAG: u8 = 0x0a;
+
+/// The sequence-scoped, incremental clock (`ClockSnapshot.Clock.is_incremental`)
+/// that every timestamp is written in when [`WriterOptions::delta_timestamps`]
+/// is on: ids 64..127 belong to the packet sequence that declares them, and
+/// each packet's `timestamp` is the difference to the previous timestamp on
+/// the sequence (trace_processor reads it as int64, so a step back is a
+/// wrapped, 10-byte varint).
+pub const DELTA_CLOCK_ID: u32 = 64;
+
+/// Track events held back and written in timestamp order when
+/// [`WriterOptions::delta_timestamps`] is on, so that most deltas are small
+/// and positive although records arrive in completion order. An event later
+/// than this many others is still correct, only its delta is a wrapped
+/// negative (10 bytes).
+pub const REORDER_WINDOW: usize = 2048;
+
+/// Bytes reserved up front for each event in the reorder window (a larger
+/// event grows its slot once: Full args with several flows).
+const REORDER_SLOT_BYTES: usize = 192;
+
+/// Uncompressed bytes of packets collected into one `compressed_packets`
+/// bundle when [`WriterOptions::compress`] is on.
+pub const COMPRESS_CHUNK_BYTES: usize = 128 * 1024;
+
+/// How a [`TraceWriter`] encodes packets. Both are on by default
+/// ([`WriterOptions::default`]); trace_processor, the UI and
+/// `pftrace_check.py` read either form, and [`crate::decode_trace`] turns
+/// any of them back into plain packets with absolute timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Timestamps as deltas on the sequence clock [`DELTA_CLOCK_ID`], made
+    /// the default clock by a `TracePacketDefaults` in the first packet
+    /// (2–4 bytes per timestamp instead of 9).
+    pub delta_timestamps: bool,
+    /// Packets collected into zlib-deflated `TracePacket.compressed_packets`
+    /// bundles of [`COMPRESS_CHUNK_BYTES`] (fast level). A crash loses at
+    /// most the bundle being filled.
+    pub compress: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            delta_timestamps: true,
+            compress: true,
+        }
+    }
+}
+
+impl WriterOptions {
+    /// Absolute timestamps, no compression: every packet readable on its own.
+    pub fn plain() -> Self {
+        WriterOptions {
+            delta_timestamps: false,
+            compress: false,
+        }
+    }
+}
 
 /// An interned event (slice / instant) name. Only valid for the writer that
 /// returned it.
@@ -247,11 +306,34 @@ pub struct TraceWriter<W: Write> {
     first_packet: bool,
     packets: u64,
     bytes: u64,
+    options: WriterOptions,
+    /// Last timestamp written on the delta clock.
+    last_ts: u64,
+    /// Framed packets waiting to be compressed into one bundle.
+    chunk: Vec<u8>,
+    /// Deflated bundle being written.
+    zbuf: Vec<u8>,
+    /// Reused zlib stream (reset per bundle).
+    deflate: Option<Compress>,
+    /// Reorder window (delta timestamps only): (timestamp, slot), sorted by
+    /// timestamp, ties in push order. Records arrive nearly in time order,
+    /// so an insert scans back over a few entries at most (cheaper than a
+    /// heap's log n sift on every pop).
+    window: VecDeque<(u64, u32)>,
+    /// Encoded events in the window, minus their timestamp and flags.
+    slots: Vec<Vec<u8>>,
+    free_slots: Vec<u32>,
 }
 
 impl<W: Write> TraceWriter<W> {
-    /// A writer appending to `out` (wrapped in a 256 KiB `BufWriter`).
+    /// A writer appending to `out` (wrapped in a 256 KiB `BufWriter`), with
+    /// the default (compact) [`WriterOptions`].
     pub fn new(out: W) -> Self {
+        Self::with_options(out, WriterOptions::default())
+    }
+
+    /// A writer appending to `out` with explicit encoding options.
+    pub fn with_options(out: W, options: WriterOptions) -> Self {
         TraceWriter {
             out: BufWriter::with_capacity(256 * 1024, out),
             buf: Vec::with_capacity(256),
@@ -264,17 +346,61 @@ impl<W: Write> TraceWriter<W> {
             first_packet: true,
             packets: 0,
             bytes: 0,
+            options,
+            last_ts: 0,
+            chunk: Vec::with_capacity(if options.compress {
+                COMPRESS_CHUNK_BYTES + 4096
+            } else {
+                0
+            }),
+            // Deflate's worst case is a few bytes per 64 KiB over the input.
+            zbuf: Vec::with_capacity(if options.compress {
+                COMPRESS_CHUNK_BYTES + 8192
+            } else {
+                0
+            }),
+            deflate: options
+                .compress
+                .then(|| Compress::new(Compression::fast(), true)),
+            window: VecDeque::with_capacity(if options.delta_timestamps {
+                REORDER_WINDOW + 1
+            } else {
+                0
+            }),
+            // Allocated up front so that filling the window is not
+            // steady-state allocation; a slot grows only for an event larger
+            // than any it held before.
+            slots: if options.delta_timestamps {
+                (0..=REORDER_WINDOW)
+                    .map(|_| Vec::with_capacity(REORDER_SLOT_BYTES))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            free_slots: if options.delta_timestamps {
+                (0..=REORDER_WINDOW as u32).rev().collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 
-    /// Packets written so far.
+    /// The encoding options.
+    pub fn options(&self) -> WriterOptions {
+        self.options
+    }
+
+    /// Packets written so far (counting those still held in the reorder
+    /// window or in the bundle being filled).
     pub fn packets_written(&self) -> u64 {
         self.packets
     }
 
     /// Bytes written so far (including framing; some may still be buffered).
+    /// With compression, the uncompressed bytes of packets not yet bundled
+    /// are included as they are.
     pub fn bytes_written(&self) -> u64 {
-        self.bytes
+        self.bytes + self.chunk.len() as u64
     }
 
     /// Interns an event name; the definition goes into the next packet.
@@ -338,20 +464,46 @@ impl<W: Write> TraceWriter<W> {
             timestamp: Some(ts),
             ..Default::default()
         };
+        let mut all = vec![
+            clock(BuiltinClock::Boottime, clocks.boottime_ns),
+            clock(BuiltinClock::Monotonic, clocks.monotonic_ns),
+            clock(BuiltinClock::Realtime, clocks.realtime_ns),
+        ];
+        let delta = self.options.delta_timestamps;
+        let mut defaults = Vec::new();
+        if delta {
+            // The delta clock starts at the BOOTTIME reading, so converting
+            // it to trace time is the identity.
+            all.push(clock_snapshot::Clock {
+                clock_id: Some(DELTA_CLOCK_ID),
+                timestamp: Some(clocks.boottime_ns),
+                is_incremental: Some(true),
+                ..Default::default()
+            });
+            self.last_ts = clocks.boottime_ns;
+            // TracePacketDefaults { timestamp_clock_id = DELTA_CLOCK_ID }, in
+            // the packet that clears the incremental state (defaults are
+            // part of it), so it applies to every later packet.
+            let mut inner = Vec::new();
+            wire::varint_field(
+                &mut inner,
+                field::TPD_TIMESTAMP_CLOCK_ID,
+                u64::from(DELTA_CLOCK_ID),
+            );
+            wire::bytes_field(&mut defaults, field::TP_TRACE_PACKET_DEFAULTS, &inner);
+        }
         let snapshot = ClockSnapshot {
-            clocks: vec![
-                clock(BuiltinClock::Boottime, clocks.boottime_ns),
-                clock(BuiltinClock::Monotonic, clocks.monotonic_ns),
-                clock(BuiltinClock::Realtime, clocks.realtime_ns),
-            ],
+            clocks: all,
             primary_trace_clock: Some(BuiltinClock::Boottime as i32),
         };
         let mut packet = TracePacket {
-            timestamp: Some(clocks.boottime_ns),
+            // A snapshot's own timestamp is unused; with delta timestamps it
+            // would be read on the delta clock, so it is left out.
+            timestamp: (!delta).then_some(clocks.boottime_ns),
             data: Some(trace_packet::Data::ClockSnapshot(snapshot)),
             ..Default::default()
         };
-        self.emit(&mut packet, false)
+        self.emit(&mut packet, false, &defaults)
     }
 
     /// Declares a process track.
@@ -426,7 +578,7 @@ impl<W: Write> TraceWriter<W> {
             data: Some(trace_packet::Data::TrackDescriptor(desc)),
             ..Default::default()
         };
-        self.emit(&mut packet, false)
+        self.emit(&mut packet, false, &[])
     }
 
     /// Writes a complete slice: a BEGIN (with name, args and flows) followed
@@ -494,18 +646,94 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Flushes and returns the underlying writer.
-    pub fn finish(self) -> io::Result<W> {
+    pub fn finish(mut self) -> io::Result<W> {
+        self.drain_window()?;
+        self.flush_chunk()?;
         self.out.into_inner().map_err(|e| e.into_error())
     }
 
-    /// Flushes buffered packets to the underlying writer.
+    /// Flushes buffered packets to the underlying writer (with compression,
+    /// closes the bundle being filled).
     pub fn flush(&mut self) -> io::Result<()> {
+        self.drain_window()?;
+        self.flush_chunk()?;
         self.out.flush()
+    }
+
+    /// The timestamp field's value for `ts_ns`: the delta to the previous
+    /// timestamp on the delta clock, or `ts_ns` itself.
+    fn encode_ts(&mut self, ts_ns: u64) -> u64 {
+        if self.options.delta_timestamps {
+            let d = ts_ns.wrapping_sub(self.last_ts);
+            self.last_ts = ts_ns;
+            d
+        } else {
+            ts_ns
+        }
+    }
+
+    /// Appends one framed packet (`header` then `body`) to the file, or to
+    /// the bundle being filled.
+    fn put_packet(&mut self, header: &[u8], body: &[u8]) -> io::Result<()> {
+        if self.options.compress {
+            self.chunk.extend_from_slice(header);
+            self.chunk.extend_from_slice(body);
+            if self.chunk.len() >= COMPRESS_CHUNK_BYTES {
+                self.flush_chunk()?;
+            }
+            return Ok(());
+        }
+        self.bytes += (header.len() + body.len()) as u64;
+        self.out.write_all(header)?;
+        self.out.write_all(body)
+    }
+
+    /// Deflates the pending packets into one `TracePacket { compressed_packets }`.
+    fn flush_chunk(&mut self) -> io::Result<()> {
+        let Some(z) = self.deflate.as_mut() else {
+            return Ok(());
+        };
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        z.reset();
+        self.zbuf.clear();
+        self.zbuf.reserve(self.chunk.len() + 4096);
+        let mut consumed = 0;
+        loop {
+            let before = z.total_in();
+            let status = z
+                .compress_vec(
+                    &self.chunk[consumed..],
+                    &mut self.zbuf,
+                    FlushCompress::Finish,
+                )
+                .map_err(io::Error::other)?;
+            consumed += (z.total_in() - before) as usize;
+            match status {
+                Status::StreamEnd => break,
+                _ => self.zbuf.reserve(self.zbuf.len().max(4096)),
+            }
+        }
+        let mut inner = [0u8; 2 + wire::MAX_VARINT];
+        let mut n = wire::put_key(&mut inner, field::TP_COMPRESSED_PACKETS, wire::LEN);
+        n += wire::put_varint(&mut inner[n..], self.zbuf.len() as u64);
+        let mut header = [0u8; 1 + wire::MAX_VARINT];
+        header[0] = TRACE_PACKET_TAG;
+        let h = 1 + wire::put_varint(&mut header[1..], (n + self.zbuf.len()) as u64);
+        self.out.write_all(&header[..h])?;
+        self.out.write_all(&inner[..n])?;
+        self.out.write_all(&self.zbuf)?;
+        self.bytes += (h + n + self.zbuf.len()) as u64;
+        self.chunk.clear();
+        Ok(())
     }
 
     /// Sequence flags for the next packet, and whether pending interned
     /// data goes into it.
-    fn next_flags(&mut self, uses_interning: bool) -> (Option<u32>, bool) {
+    /// `timestamped`: the packet carries a timestamp (on the default delta
+    /// clock, which is incremental state).
+    fn next_flags_for(&mut self, uses_interning: bool, timestamped: bool) -> (Option<u32>, bool) {
         let has_interned = !self.pending.event_names.is_empty()
             || !self.pending.debug_annotation_names.is_empty()
             || !self.pending.debug_annotation_string_values.is_empty();
@@ -514,7 +742,7 @@ impl<W: Write> TraceWriter<W> {
             flags |= SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE;
             self.first_packet = false;
         }
-        if uses_interning || has_interned {
+        if uses_interning || has_interned || (timestamped && self.options.delta_timestamps) {
             flags |= SEQ_NEEDS_INCREMENTAL_STATE;
         }
         ((flags != 0).then_some(flags), has_interned)
@@ -535,7 +763,6 @@ impl<W: Write> TraceWriter<W> {
     fn write_event(&mut self, ts_ns: u64, ev: &Event<'_>) -> io::Result<()> {
         // Interned names (event and argument) and interned string values.
         let uses_interning = ev.name.is_some() || !ev.args.is_empty();
-        let (flags, has_interned) = self.next_flags(uses_interning);
 
         let body = &mut self.event_buf;
         body.clear();
@@ -582,10 +809,14 @@ impl<W: Write> TraceWriter<W> {
             wire::varint_field(body, field::TE_CORRELATION_ID, id);
         }
 
+        if self.options.delta_timestamps {
+            return self.push_window(ts_ns);
+        }
+        let (flags, has_interned) = self.next_flags_for(uses_interning, true);
         let packet = &mut self.buf;
         packet.clear();
         wire::varint_field(packet, field::TP_TIMESTAMP, ts_ns);
-        wire::bytes_field(packet, field::TP_TRACK_EVENT, body);
+        wire::bytes_field(packet, field::TP_TRACK_EVENT, &self.event_buf);
         wire::varint_field(
             packet,
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
@@ -607,36 +838,127 @@ impl<W: Write> TraceWriter<W> {
         let mut header = [0u8; 1 + wire::MAX_VARINT];
         header[0] = TRACE_PACKET_TAG;
         let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
+        let body = std::mem::take(&mut self.buf);
         self.packets += 1;
-        self.bytes += (header_len + self.buf.len()) as u64;
-        self.out.write_all(&header[..header_len])?;
-        self.out.write_all(&self.buf)
+        let r = self.put_packet(&header[..header_len], &body);
+        self.buf = body;
+        r
+    }
+
+    /// Puts the track event in `event_buf` into the reorder window, and
+    /// writes the window's oldest event once it holds more than
+    /// [`REORDER_WINDOW`].
+    fn push_window(&mut self, ts_ns: u64) -> io::Result<()> {
+        let slot = match self.free_slots.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Vec::with_capacity(64));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let bytes = &mut self.slots[slot as usize];
+        bytes.clear();
+        wire::bytes_field(bytes, field::TP_TRACK_EVENT, &self.event_buf);
+        wire::varint_field(
+            bytes,
+            field::TP_TRUSTED_PACKET_SEQUENCE_ID,
+            u64::from(SEQUENCE_ID),
+        );
+        // After every entry with a timestamp <= ts_ns: stable for ties.
+        let mut at = self.window.len();
+        while at > 0 && self.window[at - 1].0 > ts_ns {
+            at -= 1;
+        }
+        self.window.insert(at, (ts_ns, slot));
+        self.packets += 1;
+        if self.window.len() > REORDER_WINDOW {
+            self.pop_window()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the oldest event of the reorder window (earliest timestamp,
+    /// then first pushed), with any pending interned data: every name it
+    /// uses was interned before it was pushed, so its definition is in this
+    /// packet or an earlier one.
+    fn pop_window(&mut self) -> io::Result<()> {
+        let Some((ts_ns, slot)) = self.window.pop_front() else {
+            return Ok(());
+        };
+        let (flags, has_interned) = self.next_flags_for(true, true);
+        let ts_field = self.encode_ts(ts_ns);
+        let packet = &mut self.buf;
+        packet.clear();
+        wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
+        packet.extend_from_slice(&self.slots[slot as usize]);
+        if has_interned {
+            wire::key(packet, field::TP_INTERNED_DATA, wire::LEN);
+            self.pending
+                .encode_length_delimited(packet)
+                .expect("encoding into a Vec cannot run out of space");
+        }
+        if let Some(flags) = flags {
+            wire::varint_field(packet, field::TP_SEQUENCE_FLAGS, u64::from(flags));
+        }
+        if has_interned {
+            self.clear_pending();
+        }
+        self.free_slots.push(slot);
+        let mut header = [0u8; 1 + wire::MAX_VARINT];
+        header[0] = TRACE_PACKET_TAG;
+        let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
+        let body = std::mem::take(&mut self.buf);
+        let r = self.put_packet(&header[..header_len], &body);
+        self.buf = body;
+        r
+    }
+
+    /// Writes every event still in the reorder window.
+    fn drain_window(&mut self) -> io::Result<()> {
+        while !self.window.is_empty() {
+            self.pop_window()?;
+        }
+        Ok(())
     }
 
     /// Adds sequence id, flags and pending interned names, then frames and
     /// writes a packet encoded by prost (descriptors, clock snapshots).
-    fn emit(&mut self, packet: &mut TracePacket, uses_interning: bool) -> io::Result<()> {
+    /// `extra` is appended to the packet's fields as it is (hand-encoded
+    /// fields the prost subset does not declare).
+    fn emit(
+        &mut self,
+        packet: &mut TracePacket,
+        uses_interning: bool,
+        extra: &[u8],
+    ) -> io::Result<()> {
         packet.trusted_packet_sequence_id = Some(SEQUENCE_ID);
-        let (flags, has_interned) = self.next_flags(uses_interning);
+        let (flags, has_interned) = self.next_flags_for(uses_interning, packet.timestamp.is_some());
         packet.sequence_flags = flags;
+        if let Some(ts) = packet.timestamp {
+            packet.timestamp = Some(self.encode_ts(ts));
+        }
         if has_interned {
             packet.interned_data = Some(std::mem::take(&mut self.pending));
         }
 
-        self.buf.clear();
-        self.buf.push(TRACE_PACKET_TAG);
-        prost::encoding::encode_varint(packet.encoded_len() as u64, &mut self.buf);
+        let mut body = std::mem::take(&mut self.buf);
+        body.clear();
         packet
-            .encode(&mut self.buf)
+            .encode(&mut body)
             .expect("encoding into a Vec cannot run out of space");
+        body.extend_from_slice(extra);
+        let mut header = [0u8; 1 + wire::MAX_VARINT];
+        header[0] = TRACE_PACKET_TAG;
+        let header_len = 1 + wire::put_varint(&mut header[1..], body.len() as u64);
 
         if let Some(interned) = packet.interned_data.take() {
             self.pending = interned;
             self.clear_pending();
         }
         self.packets += 1;
-        self.bytes += self.buf.len() as u64;
-        self.out.write_all(&self.buf)
+        let r = self.put_packet(&header[..header_len], &body);
+        self.buf = body;
+        r
     }
 }
 
@@ -678,6 +1000,9 @@ mod field {
     pub const TP_TRACK_EVENT: u32 = 11;
     pub const TP_INTERNED_DATA: u32 = 12;
     pub const TP_SEQUENCE_FLAGS: u32 = 13;
+    pub const TP_COMPRESSED_PACKETS: u32 = 50;
+    pub const TP_TRACE_PACKET_DEFAULTS: u32 = 59;
+    pub const TPD_TIMESTAMP_CLOCK_ID: u32 = 58;
     pub const TE_DEBUG_ANNOTATIONS: u32 = 4;
     pub const TE_TYPE: u32 = 9;
     pub const TE_NAME_IID: u32 = 10;
@@ -721,6 +1046,11 @@ mod wire {
         let mut tmp = [0u8; MAX_VARINT];
         let n = put_varint(&mut tmp, v);
         buf.extend_from_slice(&tmp[..n]);
+    }
+
+    /// Writes a field key at the start of `out`; returns its length.
+    pub fn put_key(out: &mut [u8], field: u32, wire_type: u32) -> usize {
+        put_varint(out, u64::from(field << 3 | wire_type))
     }
 
     pub fn key(buf: &mut Vec<u8>, field: u32, wire_type: u32) {

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use prost::Message;
 use rprof_perfetto::protos::{trace_packet::Data, track_event, Trace, TracePacket};
+use rprof_perfetto::{decode_trace, WriterOptions, DELTA_CLOCK_ID};
 use rprof_perfetto::{
     Arg, ArgValue, ChildTracksOrdering, ClockReadings, CounterTrack, CounterUnit, CounterValue,
     CustomTrack, ProcessTrack, SiblingMergeBehavior, Slice, ThreadTrack, TraceWriter, SEQUENCE_ID,
@@ -16,8 +17,14 @@ use rprof_perfetto::{
 
 const LAUNCH: &str = "grid 1024x1x1 wg 256x1x1 lds 0 scratch 0";
 
+/// The small trace in the plain encoding (absolute timestamps, no
+/// compression), whose packets the tests below inspect byte by byte.
 fn small_trace() -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new());
+    small_trace_with(WriterOptions::plain())
+}
+
+fn small_trace_with(options: WriterOptions) -> Vec<u8> {
+    let mut w = TraceWriter::with_options(Vec::new(), options);
     w.write_clock_snapshot(&ClockReadings {
         boottime_ns: 1_000,
         monotonic_ns: 900,
@@ -137,8 +144,89 @@ fn small_trace() -> Vec<u8> {
     assert_eq!(w.packets_written(), 16);
     let bytes_written = w.bytes_written();
     let bytes = w.finish().unwrap();
-    assert_eq!(bytes.len() as u64, bytes_written);
+    if !options.compress {
+        assert_eq!(bytes.len() as u64, bytes_written);
+    }
     bytes
+}
+
+/// Packets of a decoded trace without what the encodings legitimately
+/// differ in (sequence flags, where interned data rides, the clock
+/// snapshot), sorted by their encoding: the same events, in any order.
+fn normalized_events(trace: &Trace) -> (Vec<Vec<u8>>, Vec<TracePacket>) {
+    let mut interned = Vec::new();
+    let mut events: Vec<Vec<u8>> = trace
+        .packet
+        .iter()
+        .filter(|p| !matches!(p.data, Some(Data::ClockSnapshot(_))))
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(i) = p.interned_data.take() {
+                interned.push(TracePacket {
+                    interned_data: Some(i),
+                    ..Default::default()
+                });
+            }
+            p.sequence_flags = None;
+            p.encode_to_vec()
+        })
+        .collect();
+    events.sort();
+    (events, interned)
+}
+
+#[test]
+fn compact_encoding_decodes_to_the_same_events_in_time_order() {
+    let plain = decode_trace(&small_trace()).unwrap();
+    let compact_bytes = small_trace_with(WriterOptions::default());
+    let compact = decode_trace(&compact_bytes).unwrap();
+    assert_eq!(plain.packet.len(), 16);
+    assert_eq!(compact.packet.len(), 16);
+    let (plain_events, plain_interned) = normalized_events(&plain);
+    let (compact_events, compact_interned) = normalized_events(&compact);
+    assert_eq!(plain_events, compact_events);
+    // Every definition is there; each rides on a packet at or before its first use.
+    let names = |v: &[TracePacket]| {
+        let mut n: Vec<String> = v
+            .iter()
+            .flat_map(|p| p.interned_data.iter())
+            .flat_map(|i| {
+                i.event_names
+                    .iter()
+                    .map(|e| e.name().to_owned())
+                    .chain(i.debug_annotation_names.iter().map(|e| e.name().to_owned()))
+            })
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&plain_interned), names(&compact_interned));
+    // The file is one deflated bundle; inside, the clock snapshot declares
+    // the incremental sequence clock and the track events come out of the
+    // reorder window in timestamp order (the counter at 2,000 was written
+    // after the slices at 3,000 and 4,000).
+    assert!(compact_bytes.len() < small_trace().len());
+    match &compact.packet[0].data {
+        Some(Data::ClockSnapshot(cs)) => {
+            let c = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(DELTA_CLOCK_ID))
+                .unwrap();
+            assert_eq!((c.timestamp, c.is_incremental), (Some(1_000), Some(true)));
+        }
+        other => panic!("first packet is not the clock snapshot: {other:?}"),
+    }
+    let ts: Vec<u64> = compact
+        .packet
+        .iter()
+        .filter(|p| matches!(p.data, Some(Data::TrackEvent(_))))
+        .map(|p| p.timestamp.unwrap())
+        .collect();
+    assert_eq!(
+        ts,
+        [2_000, 2_000, 2_500, 3_000, 4_000, 4_000, 4_000, 4_000, 5_000]
+    );
 }
 
 /// Splits the file into packets by hand (tag 0x0a + varint length).

@@ -37,6 +37,9 @@ use rprof_perfetto::{
     StringValueId, ThreadTrack, TraceWriter,
 };
 
+/// How the trace is encoded ([`PerfettoOptions::encoding`]).
+pub use rprof_perfetto::WriterOptions;
+
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
 use crate::rpc::RpcWakeRecord;
@@ -116,6 +119,10 @@ pub struct PerfettoOptions {
     /// Clock readings for the snapshot at the start; `None` reads the host
     /// clocks in [`RecordSink::start`]. Tests pass fixed values.
     pub clocks: Option<ClockReadings>,
+    /// How packets are encoded: by default delta timestamps on a sequence
+    /// clock and deflated bundles (`docs/trace-format.md`, "Encoding");
+    /// [`WriterOptions::plain`] writes absolute timestamps, uncompressed.
+    pub encoding: WriterOptions,
 }
 
 /// Interned argument names.
@@ -498,7 +505,7 @@ impl RecordSink for PerfettoSink {
             State::Created(f) => f,
             _ => return Err(io::Error::other("PerfettoSink::start called twice")),
         };
-        let mut writer = TraceWriter::new(file);
+        let mut writer = TraceWriter::with_options(file, self.options.encoding);
         writer.write_clock_snapshot(&self.options.clocks.unwrap_or_else(read_clocks))?;
         writer.write_process_track(&ProcessTrack {
             uuid: PROCESS_TRACK_UUID,

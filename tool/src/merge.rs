@@ -27,7 +27,11 @@
 //! The rewrite works on the wire format (the sequence id, and the uuid fields
 //! of track descriptors, track events and packet defaults) and copies every
 //! other byte unchanged, so packets from other producers and fields outside
-//! rprof's schema subset survive.
+//! rprof's schema subset survive. A `compressed_packets` bundle (rprof's
+//! default encoding) is inflated (at most [`MAX_PACKET`] bytes) and its
+//! packets are rewritten one by one (the output is not recompressed). Delta
+//! timestamps need no rewrite: their clock (id 64..127) and the defaults
+//! naming it are scoped to the sequence, which is renumbered as a whole.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -41,6 +45,36 @@ const PACKET_FIELD: u64 = 1;
 /// The largest packet accepted (rprof writes packets of a few KiB; Perfetto's
 /// own limit for a packet is lower).
 pub const MAX_PACKET: u64 = 64 << 20;
+/// `TracePacket.compressed_packets`: zlib-deflated `Trace.packet` frames.
+const COMPRESSED_PACKETS_FIELD: u64 = 50;
+
+/// The packets inside `packet` if it is a `compressed_packets` bundle (its
+/// only field, as rprof and Perfetto's service write it); inflating more
+/// than [`MAX_PACKET`] bytes is refused.
+fn inflate_bundle(packet: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let mut pos = 0;
+    if packet.is_empty() || varint_from(packet, &mut pos)? != (COMPRESSED_PACKETS_FIELD << 3 | 2) {
+        return Ok(None);
+    }
+    let len = varint_from(packet, &mut pos)? as usize;
+    let data = pos
+        .checked_add(len)
+        .and_then(|end| packet.get(pos..end))
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "truncated compressed_packets")
+        })?;
+    let mut inner = Vec::new();
+    flate2::read::ZlibDecoder::new(data)
+        .take(MAX_PACKET + 1)
+        .read_to_end(&mut inner)?;
+    if inner.len() as u64 > MAX_PACKET {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("compressed_packets inflate to more than {MAX_PACKET} bytes"),
+        ));
+    }
+    Ok(Some(inner))
+}
 
 /// Counts of what a merge wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -338,14 +372,43 @@ pub fn merge_into(inputs: Vec<Input<'_>>, out: &mut impl Write) -> io::Result<Me
                 flow: &mut flow,
                 uuid_salt,
             };
-            rewrite_message(Message::Packet, &packet, &mut rewritten, &mut renumber)
-                .map_err(with_name)?;
-            frame.clear();
-            put_varint(&mut frame, PACKET_FIELD << 3 | 2);
-            put_varint(&mut frame, rewritten.len() as u64);
-            out.write_all(&frame)?;
-            out.write_all(&rewritten)?;
-            summary.packets += 1;
+            let mut write = |p: &[u8]| -> io::Result<()> {
+                rewritten.clear();
+                rewrite_message(Message::Packet, p, &mut rewritten, &mut renumber)?;
+                frame.clear();
+                put_varint(&mut frame, PACKET_FIELD << 3 | 2);
+                put_varint(&mut frame, rewritten.len() as u64);
+                out.write_all(&frame)?;
+                out.write_all(&rewritten)?;
+                summary.packets += 1;
+                Ok(())
+            };
+            match inflate_bundle(&packet).map_err(with_name)? {
+                None => write(&packet).map_err(with_name)?,
+                Some(inner) => {
+                    let mut pos = 0;
+                    while pos < inner.len() {
+                        let bad = || {
+                            with_name(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "bad packet frame in compressed_packets",
+                            ))
+                        };
+                        if varint_from(&inner, &mut pos).map_err(with_name)?
+                            != (PACKET_FIELD << 3 | 2)
+                        {
+                            return Err(bad());
+                        }
+                        let len = varint_from(&inner, &mut pos).map_err(with_name)? as usize;
+                        let p = pos
+                            .checked_add(len)
+                            .and_then(|end| inner.get(pos..end))
+                            .ok_or_else(bad)?;
+                        write(p).map_err(with_name)?;
+                        pos += len;
+                    }
+                }
+            }
         }
     }
     summary.sequences = u32::try_from(next_sequence - 1).unwrap_or(u32::MAX);
@@ -649,5 +712,34 @@ mod tests {
         }
         assert_eq!(ok + errors, iterations);
         assert!(ok > 0 && errors > 0, "ok {ok}, errors {errors}");
+    }
+
+    /// A `compressed_packets` bundle merges like its packets written plainly.
+    #[test]
+    fn inflates_compressed_bundles() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("rprof-merge-z-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let packets = [
+            descriptor(1, 5, 4),
+            packet(&[(8, 100), (10, 1)], &[(9, 1), (11, 5)]),
+        ];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&file(&packets)).unwrap();
+        let z = z.finish().unwrap();
+        let mut bundle = Vec::new();
+        put_varint(&mut bundle, COMPRESSED_PACKETS_FIELD << 3 | 2);
+        put_varint(&mut bundle, z.len() as u64);
+        bundle.extend_from_slice(&z);
+        let (plain, packed) = (dir.join("plain.pftrace"), dir.join("packed.pftrace"));
+        let (o1, o2) = (dir.join("o1.pftrace"), dir.join("o2.pftrace"));
+        std::fs::write(&plain, file(&packets)).unwrap();
+        std::fs::write(&packed, file(&[bundle])).unwrap();
+        let s1 = merge(&[&plain, &plain], &o1).unwrap();
+        let s2 = merge(&[&packed, &packed], &o2).unwrap();
+        assert_eq!(s1, s2);
+        assert_eq!(s2.packets, 4);
+        assert_eq!(std::fs::read(&o1).unwrap(), std::fs::read(&o2).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,7 +5,7 @@ use std::io;
 use rprof_core::config::{ensure_parent, TraceConfig};
 use rprof_core::output::csv::CsvSink;
 use rprof_core::output::json::JsonSink;
-use rprof_core::output::perfetto::PerfettoSink;
+use rprof_core::output::perfetto::{PerfettoOptions, PerfettoSink, WriterOptions};
 use rprof_core::output::stats::StatsSink;
 use rprof_core::sink::RecordSink;
 
@@ -38,8 +38,20 @@ fn open_each(
         Ok(p)
     };
     if config.formats.pftrace {
+        // RPROF_PFTRACE_ENCODING=plain: absolute timestamps, no compression
+        // (each packet readable on its own; about 6x larger).
+        let encoding = match std::env::var("RPROF_PFTRACE_ENCODING").as_deref() {
+            Ok("plain") => WriterOptions::plain(),
+            _ => WriterOptions::default(),
+        };
         let p = path(".pftrace")?;
-        sinks.push(Box::new(PerfettoSink::create(&p)?));
+        sinks.push(Box::new(PerfettoSink::with_options(
+            &p,
+            PerfettoOptions {
+                encoding,
+                ..Default::default()
+            },
+        )?));
         created.push(p);
     }
     if config.formats.csv {

@@ -32,6 +32,19 @@ struct Options {
     quick: bool,
     svg: Option<PathBuf>,
     extra: Vec<(String, String)>,
+    /// Sections to run (`--only host,roundtrip,storm,mix,memory,serialize,rpc`); all if empty.
+    only: Vec<String>,
+    /// Graph-storm launch counts (`--launches 200`); the default series if empty.
+    launches: Vec<u32>,
+    /// `--runtime 6.1|6.4`: every run (traced and untraced) goes through
+    /// `scripts/rocm-env.sh VERSION --` (the runtime's root); 5.2 runs on the host.
+    runtime: Option<String>,
+}
+
+impl Options {
+    fn want(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -42,6 +55,9 @@ fn parse_args() -> Result<Options, String> {
         quick: false,
         svg: None,
         extra: Vec::new(),
+        only: Vec::new(),
+        launches: Vec::new(),
+        runtime: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -52,13 +68,24 @@ fn parse_args() -> Result<Options, String> {
             "--reps" => o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--svg" => o.svg = Some(PathBuf::from(val()?)),
             "--quick" => o.quick = true,
+            "--runtime" => {
+                let v = val()?;
+                o.runtime = (v != "5.2").then_some(v);
+            }
+            "--only" => o.only = val()?.split(',').map(str::to_owned).collect(),
+            "--launches" => {
+                o.launches = val()?
+                    .split(',')
+                    .map(|v| v.parse().map_err(|e| format!("--launches: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--env" => {
                 let kv = val()?;
                 let (k, v) = kv.split_once('=').ok_or("--env takes KEY=VALUE")?;
                 o.extra.push((k.into(), v.into()));
             }
             "-h" | "--help" => {
-                println!("usage: rprof-bench [--bin-dir DIR] [--work-dir DIR] [--reps N] [--quick] [--svg FILE] [--env K=V]");
+                println!("usage: rprof-bench [--bin-dir DIR] [--work-dir DIR] [--reps N] [--quick] [--svg FILE] [--env K=V] [--only SECTIONS] [--launches I,...] [--runtime 5.2|6.1|6.4]");
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {a}")),
@@ -72,6 +99,8 @@ fn parse_args() -> Result<Options, String> {
 struct RunResult {
     wall_s: f64,
     max_rss_kb: u64,
+    /// User + system CPU seconds of the run (rprof, the app and the emulated GPU).
+    cpu_s: f64,
     values: HashMap<String, String>,
     trace_bytes: u64,
     csv_rows: u64,
@@ -86,7 +115,14 @@ const TRACED: &[&str] = &["--kernel-trace"];
 /// is the untraced run.
 fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]) -> RunResult {
     let rprof = o.bin_dir.join("rprof");
-    let mut cmd = Command::new(&rprof);
+    let mut cmd = match &o.runtime {
+        Some(v) => {
+            let mut c = Command::new("bash");
+            c.arg("scripts/rocm-env.sh").arg(v).arg("--").arg(&rprof);
+            c
+        }
+        None => Command::new(&rprof),
+    };
     let out_dir = o.work_dir.join("out");
     let traced = !mode.is_empty();
     cmd.args(["--device", "emulated"]).args(mode);
@@ -140,6 +176,8 @@ fn run(o: &Options, mode: &[&str], tag: &str, env: &[(&str, &str)], app: &[&str]
         ..Default::default()
     };
     r.max_rss_kb = ru.ru_maxrss as u64;
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    r.cpu_s = tv(ru.ru_utime) + tv(ru.ru_stime);
     for line in stdout.lines() {
         if let Some((k, v)) = line.split_once('=') {
             r.values.insert(k.trim().to_string(), v.trim().to_string());
@@ -249,7 +287,13 @@ fn main() {
     let dispatch_bench = work.join("dispatch_bench");
     let code_object = work.join("bench_kernels.hsaco");
     let storm = work.join("graph_storm");
-    for p in [&dispatch_bench, &code_object, &storm] {
+    let raw_hsa = o.want("host") || o.want("roundtrip") || o.want("memory");
+    let needed: Vec<&PathBuf> = if raw_hsa {
+        vec![&dispatch_bench, &code_object, &storm]
+    } else {
+        vec![&storm]
+    };
+    for p in needed {
         if !p.exists() {
             eprintln!(
                 "rprof-bench: {} missing: run scripts/bench.sh (it builds the workloads)",
@@ -274,49 +318,58 @@ fn main() {
         .unwrap_or(0);
     let _ = writeln!(
         report,
-        "machine: {cpus} CPUs; emulated GPU (gfx90a); release build"
+        "machine: {cpus} CPUs; emulated GPU (gfx90a); release build; ROCm {}",
+        o.runtime.as_deref().unwrap_or("5.2 (host)")
     );
 
     // 1. Host time per dispatch on the submitting thread.
-    let (u, t) = pair(&o, "enqueue", &[], &[ds, "enqueue", n_enqueue, co]);
-    let (mut up, mut tp) = (
-        series(&u, |r| value(r, "enqueue_p50_ns")),
-        series(&t, |r| value(r, "enqueue_p50_ns")),
-    );
-    let (mu, mt) = (median(&mut up), median(&mut tp));
-    let (u99, t99) = (
-        median(&mut series(&u, |r| value(r, "enqueue_p99_ns"))),
-        median(&mut series(&t, |r| value(r, "enqueue_p99_ns"))),
-    );
-    let _ = writeln!(
+    if o.want("host") {
+        let (u, t) = pair(&o, "enqueue", &[], &[ds, "enqueue", n_enqueue, co]);
+        let (mut up, mut tp) = (
+            series(&u, |r| value(r, "enqueue_p50_ns")),
+            series(&t, |r| value(r, "enqueue_p50_ns")),
+        );
+        let (mu, mt) = (median(&mut up), median(&mut tp));
+        let (u99, t99) = (
+            median(&mut series(&u, |r| value(r, "enqueue_p99_ns"))),
+            median(&mut series(&t, |r| value(r, "enqueue_p99_ns"))),
+        );
+        let _ = writeln!(
         report,
         "\n[host time per dispatch, {n_enqueue} dispatches in bursts of 64]\n  untraced p50 {mu:.0} ns (p99 {u99:.0})\n  traced   p50 {mt:.0} ns (p99 {t99:.0})\n  added    p50 {:.0} ns   (target <= 1000 ns)",
         mt - mu
     );
-    let (eu, et) = (
-        median(&mut series(&u, |r| value(r, "emu_events"))),
-        median(&mut series(&t, |r| value(r, "emu_events"))),
-    );
-    let _ = writeln!(report, "  driver events live at exit: untraced {eu:.0}, traced {et:.0} (rprof's share: {:.0}; target <= 256)", et - eu);
+        let (eu, et) = (
+            median(&mut series(&u, |r| value(r, "emu_events"))),
+            median(&mut series(&t, |r| value(r, "emu_events"))),
+        );
+        let _ = writeln!(report, "  driver events live at exit: untraced {eu:.0}, traced {et:.0} (rprof's share: {:.0}; target <= 256)", et - eu);
+    }
 
     // 2. App-visible completion latency.
-    let (u, t) = pair(&o, "roundtrip", &[], &[ds, "roundtrip", n_round, co]);
-    let q = |rs: &[RunResult], k: &str| median(&mut series(rs, |r| value(r, k)));
-    let (u50, t50, u99, t99) = (
-        q(&u, "roundtrip_p50_ns"),
-        q(&t, "roundtrip_p50_ns"),
-        q(&u, "roundtrip_p99_ns"),
-        q(&t, "roundtrip_p99_ns"),
-    );
-    let _ = writeln!(
+    if o.want("roundtrip") {
+        let (u, t) = pair(&o, "roundtrip", &[], &[ds, "roundtrip", n_round, co]);
+        let q = |rs: &[RunResult], k: &str| median(&mut series(rs, |r| value(r, k)));
+        let (u50, t50, u99, t99) = (
+            q(&u, "roundtrip_p50_ns"),
+            q(&t, "roundtrip_p50_ns"),
+            q(&u, "roundtrip_p99_ns"),
+            q(&t, "roundtrip_p99_ns"),
+        );
+        let _ = writeln!(
         report,
         "\n[enqueue-to-completion seen by the app, {n_round} single dispatches, ACTIVE wait]\n  untraced p50 {u50:.0} ns  p99 {u99:.0} ns\n  traced   p50 {t50:.0} ns  p99 {t99:.0} ns\n  added    p50 {:.0} ns  p99 {:.0} ns   (targets: p50 <= 20000, p99 <= 200000)",
         t50 - u50,
         t99 - u99
     );
+    }
 
     // 3. Graph storm, overhead against dispatch count.
-    let launches: &[u32] = if o.quick {
+    let launches: &[u32] = if !o.launches.is_empty() {
+        &o.launches
+    } else if !o.want("storm") {
+        &[]
+    } else if o.quick {
         &[10, 50]
     } else {
         &[10, 50, 200, 800]
@@ -328,8 +381,15 @@ fn main() {
     );
     let _ = writeln!(
         report,
-        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16}",
-        "dispatch", "untraced s", "traced s", "ratio", "ratio range", "B/dispatch", "rprof rss MiB"
+        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16} {:>14}",
+        "dispatch",
+        "untraced s",
+        "traced s",
+        "ratio",
+        "ratio range",
+        "B/dispatch",
+        "rprof rss MiB",
+        "CPU +us/disp"
     );
     for &i in launches {
         let is = i.to_string();
@@ -349,7 +409,7 @@ fn main() {
         let rows = t.last().map(|r| r.csv_rows).unwrap_or(0);
         let _ = writeln!(
             report,
-            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1}   (csv rows {rows})",
+            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1} {:>14.2}   (csv rows {rows})",
             dispatches,
             median(&mut series(&u, |r| r.wall_s)),
             median(&mut series(&t, |r| r.wall_s)),
@@ -357,86 +417,94 @@ fn main() {
             lo,
             hi,
             bytes,
-            rss
+            rss,
+            (median(&mut series(&t, |r| r.cpu_s)) - median(&mut series(&u, |r| r.cpu_s))) * 1e6
+                / dispatches
         );
         points.push((dispatches, ratio, lo, hi));
     }
 
     // 4. Realistic mix: 20 µs kernels.
-    let (u, t) = pair(
-        &o,
-        "mix",
-        &[("RPROF_EMU_KERNEL_NS", "20000")],
-        &[gs, "256", if o.quick { "5" } else { "20" }],
-    );
-    let ratios: Vec<f64> = u.iter().zip(&t).map(|(a, b)| b.wall_s / a.wall_s).collect();
-    let (lo, hi) = range(&ratios);
-    let _ = writeln!(
+    if o.want("mix") {
+        let (u, t) = pair(
+            &o,
+            "mix",
+            &[("RPROF_EMU_KERNEL_NS", "20000")],
+            &[gs, "256", if o.quick { "5" } else { "20" }],
+        );
+        let ratios: Vec<f64> = u.iter().zip(&t).map(|(a, b)| b.wall_s / a.wall_s).collect();
+        let (lo, hi) = range(&ratios);
+        let _ = writeln!(
         report,
         "\n[realistic mix: the storm with 20 us kernels]\n  ratio {:.3} (range {lo:.3}-{hi:.3}; target <= 1.03)",
         median(&mut ratios.clone())
     );
+    }
 
     // 5. Memory: rprof's resident memory against dispatch count (raw HSA, so
     // the app itself stays flat).
-    let counts: &[&str] = if o.quick {
-        &["100000", "1000000"]
-    } else {
-        &["100000", "1000000", "10000000"]
-    };
-    let _ = writeln!(
-        report,
-        "\n[memory: raw-HSA enqueue loop, one run each; target: flat within 16 MiB]"
-    );
-    let _ = writeln!(
-        report,
-        "  {:>10} {:>14} {:>12} {:>16} {:>12}",
-        "dispatches", "untraced MiB", "traced MiB", "rprof adds MiB", "traced s"
-    );
-    let once = Options {
-        reps: 1,
-        ..o.clone()
-    };
-    for n in counts {
-        let (u, t) = pair(&once, "memory", &[], &[ds, "enqueue", n, co]);
-        // The app's own peak (VmHWM, printed by dispatch_bench at exit).
-        let (um, tm) = (
-            value(&u[0], "vmhwm_kb") / 1024.0,
-            value(&t[0], "vmhwm_kb") / 1024.0,
+    if o.want("memory") {
+        let counts: &[&str] = if o.quick {
+            &["100000", "1000000"]
+        } else {
+            &["100000", "1000000", "10000000"]
+        };
+        let _ = writeln!(
+            report,
+            "\n[memory: raw-HSA enqueue loop, one run each; target: flat within 16 MiB]"
         );
         let _ = writeln!(
             report,
-            "  {:>10} {:>14.1} {:>12.1} {:>16.1} {:>12.2}",
-            n,
-            um,
-            tm,
-            tm - um,
-            t[0].wall_s
+            "  {:>10} {:>14} {:>12} {:>16} {:>12}",
+            "dispatches", "untraced MiB", "traced MiB", "rprof adds MiB", "traced s"
         );
+        let once = Options {
+            reps: 1,
+            ..o.clone()
+        };
+        for n in counts {
+            let (u, t) = pair(&once, "memory", &[], &[ds, "enqueue", n, co]);
+            // The app's own peak (VmHWM, printed by dispatch_bench at exit).
+            let (um, tm) = (
+                value(&u[0], "vmhwm_kb") / 1024.0,
+                value(&t[0], "vmhwm_kb") / 1024.0,
+            );
+            let _ = writeln!(
+                report,
+                "  {:>10} {:>14.1} {:>12.1} {:>16.1} {:>12.2}",
+                n,
+                um,
+                tm,
+                tm - um,
+                t[0].wall_s
+            );
+        }
     }
 
     // 6. The cost of --serialize-kernels (both runs traced).
-    let (a, b) = pair_modes(
-        &o,
-        "serial",
-        TRACED,
-        &["--kernel-trace", "--serialize-kernels"],
-        &[],
-        &[gs, "256", if o.quick { "5" } else { "20" }],
-    );
-    let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y.wall_s / x.wall_s).collect();
-    let (lo, hi) = range(&ratios);
-    let _ = writeln!(
+    if o.want("serialize") {
+        let (a, b) = pair_modes(
+            &o,
+            "serial",
+            TRACED,
+            &["--kernel-trace", "--serialize-kernels"],
+            &[],
+            &[gs, "256", if o.quick { "5" } else { "20" }],
+        );
+        let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y.wall_s / x.wall_s).collect();
+        let (lo, hi) = range(&ratios);
+        let _ = writeln!(
         report,
         "\n[--serialize-kernels: the storm traced, serialized vs not]\n  wall ratio {:.2} (range {lo:.2}-{hi:.2}); dispatches/s {:.0} serialized vs {:.0}",
         median(&mut ratios.clone()),
         b[0].csv_rows as f64 / median(&mut series(&b, |r| r.wall_s)),
         a[0].csv_rows as f64 / median(&mut series(&a, |r| r.wall_s)),
     );
+    }
 
     // 7. The cost of --rpc-trace on the RPC doorbell workload.
     let rpc = work.join("rpc-doorbell");
-    if rpc.exists() {
+    if rpc.exists() && o.want("rpc") {
         let rpc_args = [
             rpc.to_str().unwrap(),
             "--kernels",

@@ -1,0 +1,160 @@
+//! [`decode_trace`]: a written trace back as plain prost packets.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+
+use flate2::read::ZlibDecoder;
+use prost::Message;
+
+use crate::protos::{Trace, TracePacket};
+
+const COMPRESSED_PACKETS: u64 = 50;
+const TRACE_PACKET_DEFAULTS: u64 = 59;
+const DEFAULTS_TIMESTAMP_CLOCK_ID: u64 = 58;
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+fn varint(buf: &[u8], pos: &mut usize) -> io::Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos).ok_or_else(|| bad("truncated varint"))?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(bad("varint too long"))
+}
+
+/// Calls `f(field, wire type, value or bytes)` for each field of `buf`; the
+/// value is the varint, or the fixed64 bits, or 0 with `bytes` for
+/// length-delimited fields.
+fn fields(buf: &[u8], mut f: impl FnMut(u64, u64, u64, &[u8]) -> io::Result<()>) -> io::Result<()> {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let key = varint(buf, &mut pos)?;
+        let (field, wt) = (key >> 3, key & 7);
+        match wt {
+            0 => {
+                let v = varint(buf, &mut pos)?;
+                f(field, wt, v, &[])?;
+            }
+            1 | 5 => {
+                let n = if wt == 1 { 8 } else { 4 };
+                let b = buf
+                    .get(pos..pos + n)
+                    .ok_or_else(|| bad("truncated fixed field"))?;
+                let mut v = [0u8; 8];
+                v[..n].copy_from_slice(b);
+                pos += n;
+                f(field, wt, u64::from_le_bytes(v), &[])?;
+            }
+            2 => {
+                let len = varint(buf, &mut pos)? as usize;
+                let b = buf
+                    .get(pos..pos + len)
+                    .ok_or_else(|| bad("truncated field"))?;
+                pos += len;
+                f(field, wt, 0, b)?;
+            }
+            _ => return Err(bad("unsupported wire type")),
+        }
+    }
+    Ok(())
+}
+
+/// Per-sequence clock state while reading.
+#[derive(Default)]
+struct Sequence {
+    /// Default `timestamp_clock_id` from `TracePacketDefaults`.
+    default_clock: Option<u32>,
+    /// Incremental clocks: id -> (last value, offset to BOOTTIME).
+    delta: HashMap<u32, (i64, i64)>,
+}
+
+/// Decodes a `.pftrace` written by [`crate::TraceWriter`] with any
+/// [`crate::WriterOptions`] into plain packets, as trace_processor sees them:
+/// `compressed_packets` bundles are inflated in place, and timestamps on a
+/// sequence's incremental clock (given explicitly or by the sequence's
+/// `TracePacketDefaults`) are accumulated and converted to absolute
+/// BOOTTIME ns (`timestamp_clock_id` cleared). Clock snapshots keep their
+/// clocks. For tests and tools; not a general Perfetto reader (only
+/// incremental sequence clocks are converted, other clock ids are kept).
+pub fn decode_trace(bytes: &[u8]) -> io::Result<Trace> {
+    let mut trace = Trace::default();
+    let mut seqs: HashMap<u32, Sequence> = HashMap::new();
+    decode_into(bytes, &mut trace, &mut seqs)?;
+    Ok(trace)
+}
+
+fn decode_into(
+    bytes: &[u8],
+    trace: &mut Trace,
+    seqs: &mut HashMap<u32, Sequence>,
+) -> io::Result<()> {
+    fields(bytes, |field, wt, _, raw| {
+        if field != 1 || wt != 2 {
+            return Err(bad("not a Trace: unexpected top-level field"));
+        }
+        let mut compressed = None;
+        let mut default_clock = None;
+        fields(raw, |f, w, _, b| {
+            if f == COMPRESSED_PACKETS && w == 2 {
+                compressed = Some(b.to_vec());
+            } else if f == TRACE_PACKET_DEFAULTS && w == 2 {
+                default_clock = Some(None);
+                fields(b, |f2, w2, v, _| {
+                    if f2 == DEFAULTS_TIMESTAMP_CLOCK_ID && w2 == 0 {
+                        default_clock = Some(Some(v as u32));
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        })?;
+        if let Some(z) = compressed {
+            let mut inner = Vec::new();
+            ZlibDecoder::new(&z[..]).read_to_end(&mut inner)?;
+            return decode_into(&inner, trace, seqs);
+        }
+        let mut p = TracePacket::decode(raw).map_err(io::Error::other)?;
+        let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
+        let seq = seqs.entry(seq_id).or_default();
+        if p.sequence_flags.unwrap_or(0) & 1 != 0 {
+            seq.default_clock = None;
+        }
+        if let Some(c) = default_clock {
+            seq.default_clock = c;
+        }
+        if let Some(crate::protos::trace_packet::Data::ClockSnapshot(cs)) = &p.data {
+            let boot = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(crate::protos::BuiltinClock::Boottime as u32))
+                .and_then(|c| c.timestamp)
+                .map(|t| t as i64);
+            for c in &cs.clocks {
+                if c.is_incremental == Some(true) {
+                    let ts = c.timestamp.unwrap_or(0) as i64;
+                    let offset = boot.map_or(0, |b| b - ts);
+                    seq.delta.insert(c.clock_id.unwrap_or(0), (ts, offset));
+                }
+            }
+            trace.packet.push(p);
+            return Ok(());
+        }
+        if let Some(ts) = p.timestamp {
+            let clock = p.timestamp_clock_id.or(seq.default_clock);
+            if let Some((last, offset)) = clock.and_then(|c| seq.delta.get_mut(&c)) {
+                *last = last.wrapping_add(ts as i64);
+                p.timestamp = Some((*last + *offset) as u64);
+                p.timestamp_clock_id = None;
+            }
+        }
+        trace.packet.push(p);
+        Ok(())
+    })
+}
