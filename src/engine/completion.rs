@@ -194,15 +194,7 @@ impl<S: DispatchSignal> Engine<S> {
             {
                 // The guard after the stop ended (the runtime shuts down):
                 // forget what is still tracked (unrecorded) and return.
-                for entry in tracked.drain(..) {
-                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
-                    std::mem::forget(entry.signal);
-                    if let Some(g) = entry.serial {
-                        std::mem::forget(g.ready);
-                        std::mem::forget(g.gate);
-                    }
-                }
+                tracked.drain(..).for_each(InFlight::abandon);
                 return;
             }
             if stopping && !self.records_closed.load(Ordering::Acquire) {
@@ -232,30 +224,14 @@ impl<S: DispatchSignal> Engine<S> {
                     let Some(entry) = tracked.swap_remove_back(i) else {
                         break;
                     };
-                    entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
-                    // The signals may still be written by the device; leak
-                    // them rather than recycle signals that are in use.
-                    std::mem::forget(entry.signal);
-                    if let Some(g) = entry.serial {
-                        std::mem::forget(g.ready);
-                        std::mem::forget(g.gate);
-                    }
+                    entry.abandon();
                 }
                 self.count_lost(left);
                 self.records_closed.store(true, Ordering::Release);
                 self.writer_wake.notify();
                 if !keep {
                     // Unrecorded leftovers: forgotten as well.
-                    for entry in tracked.drain(..) {
-                        entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                        entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
-                        std::mem::forget(entry.signal);
-                        if let Some(g) = entry.serial {
-                            std::mem::forget(g.ready);
-                            std::mem::forget(g.gate);
-                        }
-                    }
+                    tracked.drain(..).for_each(InFlight::abandon);
                     return;
                 }
                 continue;

@@ -211,6 +211,19 @@ impl<S> InFlight<S> {
     pub fn slots(&self) -> u64 {
         1 + u64::from(self.forwarded) + if self.serial.is_some() { 2 } else { 0 }
     }
+
+    /// Stops tracking a dispatch that will not be waited for: gives its
+    /// queue back the in-flight count and ring slots, and leaks its signals
+    /// (the device may still write them; they must never be recycled).
+    pub fn abandon(self) {
+        self.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.queue.slots.fetch_sub(self.slots(), Ordering::AcqRel);
+        std::mem::forget(self.signal);
+        if let Some(g) = self.serial {
+            std::mem::forget(g.ready);
+            std::mem::forget(g.gate);
+        }
+    }
 }
 
 /// Where a serialized dispatch stands.
