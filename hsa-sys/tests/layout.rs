@@ -4,87 +4,22 @@
 //! every struct, union, field and bitfield is covered. The C++ program is compiled against `/usr/include/hsa` and
 //! `/usr/include/hsakmttypes.h` and its output must equal the Rust side label for label.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
-
+#[path = "layout/compare.rs"]
+mod compare;
 #[path = "layout/rust_side.rs"]
 mod rust_side;
+
+use compare::to_map;
 
 /// Checked lines at the time of generation; a change means the headers or the generator changed.
 const EXPECTED_LINES: usize = 1699;
 
-/// C++ compilers tried in order (`CXX` first when set).
-const COMPILERS: &[&str] = &["clang++-15", "clang++", "g++", "c++"];
-
-fn find_compiler() -> String {
-    let from_env = std::env::var("CXX").ok().filter(|c| !c.is_empty());
-    let candidates = from_env
-        .iter()
-        .map(String::as_str)
-        .chain(COMPILERS.iter().copied());
-    for candidate in candidates {
-        if Command::new(candidate)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return candidate.to_string();
-        }
-    }
-    panic!(
-        "no C++ compiler found (tried $CXX and {COMPILERS:?}): the hsa-sys layout test needs one, plus the Debian \
-         libhsa-runtime-dev and libhsakmt-dev headers"
-    );
-}
-
-fn to_map(lines: impl IntoIterator<Item = String>, side: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    for line in lines {
-        let (label, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("{side}: malformed line {line:?}"));
-        let previous = map.insert(label.to_string(), value.to_string());
-        assert!(previous.is_none(), "{side}: duplicate label {label:?}");
-    }
-    map
-}
-
 fn cpp_lines() -> Vec<String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/layout/layout.cpp");
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hsa_sys_layout_cpp");
-    let compiler = find_compiler();
-    let compile = Command::new(&compiler)
-        .args([
-            "-std=c++14",
-            "-DAMD_INTERNAL_BUILD",
-            "-I/usr/include/hsa",
-            "-w",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&source)
-        .output()
-        .expect("run the C++ compiler");
-    assert!(
-        compile.status.success(),
-        "{compiler} failed on {}:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&compile.stderr)
-    );
-    let run = Command::new(&exe)
-        .output()
-        .expect("run the compiled layout checker");
-    assert!(
-        run.status.success(),
-        "layout checker failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    String::from_utf8(run.stdout)
-        .expect("layout checker prints UTF-8")
-        .lines()
-        .map(str::to_string)
-        .collect()
+    compare::cpp_lines(
+        "layout.cpp",
+        "hsa_sys_layout_cpp",
+        &["-DAMD_INTERNAL_BUILD", "-I/usr/include/hsa"],
+    )
 }
 
 #[test]
@@ -92,28 +27,7 @@ fn every_generated_layout_matches_the_real_headers() {
     let cpp = to_map(cpp_lines(), "C++");
     let rust = to_map(rust_side::lines(), "Rust");
     assert_eq!(rust.len(), rust_side::LINE_COUNT);
-    assert_eq!(rust.len(), EXPECTED_LINES);
-    assert_eq!(cpp.len(), EXPECTED_LINES);
-
-    let mismatches: Vec<String> = cpp
-        .iter()
-        .filter_map(|(label, c)| match rust.get(label) {
-            Some(r) if r == c => None,
-            Some(r) => Some(format!("{label}: C++ {c}, Rust {r}")),
-            None => Some(format!("{label}: missing on the Rust side")),
-        })
-        .chain(
-            rust.keys()
-                .filter(|l| !cpp.contains_key(*l))
-                .map(|l| format!("{l}: missing on the C++ side")),
-        )
-        .collect();
-    assert!(
-        mismatches.is_empty(),
-        "{} layout mismatches:\n{}",
-        mismatches.len(),
-        mismatches.join("\n")
-    );
+    compare::assert_sides_match(&cpp, &rust, EXPECTED_LINES);
 }
 
 #[test]

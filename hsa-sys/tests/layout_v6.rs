@@ -6,12 +6,15 @@
 //! trixie root's `/usr/include/hsakmt` (the root `scripts/rocm-env.sh 6.1` names, and builds if needed). The
 //! header is plain C types, so the host's compiler serves.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "layout/compare.rs"]
+mod compare;
 #[path = "layout/rust_side_v6.rs"]
 mod rust_side_v6;
+
+use compare::to_map;
 
 /// Checked lines at the time of generation; a change means the header or the generator changed.
 const EXPECTED_LINES: usize = 644;
@@ -43,50 +46,9 @@ fn v6_include_dir() -> PathBuf {
     dir
 }
 
-fn to_map(lines: impl IntoIterator<Item = String>, side: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    for line in lines {
-        let (label, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("{side}: malformed line {line:?}"));
-        let previous = map.insert(label.to_string(), value.to_string());
-        assert!(previous.is_none(), "{side}: duplicate label {label:?}");
-    }
-    map
-}
-
 fn cpp_lines() -> Vec<String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/layout/layout_v6.cpp");
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hsa_sys_layout_v6_cpp");
-    let compiler = std::env::var("CXX")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "c++".to_string());
-    let include = v6_include_dir();
-    let compile = Command::new(&compiler)
-        .args(["-std=c++14", "-w", "-I"])
-        .arg(&include)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .output()
-        .unwrap_or_else(|e| panic!("run the C++ compiler {compiler}: {e}"));
-    assert!(
-        compile.status.success(),
-        "{compiler} failed on {} with -I{}:\n{}",
-        source.display(),
-        include.display(),
-        String::from_utf8_lossy(&compile.stderr)
-    );
-    let run = Command::new(&exe)
-        .output()
-        .expect("run the compiled layout checker");
-    assert!(run.status.success(), "layout checker failed");
-    String::from_utf8(run.stdout)
-        .expect("layout checker prints UTF-8")
-        .lines()
-        .map(str::to_string)
-        .collect()
+    let include = format!("-I{}", v6_include_dir().display());
+    compare::cpp_lines("layout_v6.cpp", "hsa_sys_layout_v6_cpp", &[&include])
 }
 
 #[test]
@@ -94,27 +56,7 @@ fn every_generated_v6_layout_matches_the_6_2_4_header() {
     let cpp = to_map(cpp_lines(), "C++");
     let rust = to_map(rust_side_v6::lines(), "Rust");
     assert_eq!(rust.len(), rust_side_v6::LINE_COUNT);
-    assert_eq!(rust.len(), EXPECTED_LINES);
-    assert_eq!(cpp.len(), EXPECTED_LINES);
-    let mismatches: Vec<String> = cpp
-        .iter()
-        .filter_map(|(label, c)| match rust.get(label) {
-            Some(r) if r == c => None,
-            Some(r) => Some(format!("{label}: C++ {c}, Rust {r}")),
-            None => Some(format!("{label}: missing on the Rust side")),
-        })
-        .chain(
-            rust.keys()
-                .filter(|l| !cpp.contains_key(*l))
-                .map(|l| format!("{l}: missing on the C++ side")),
-        )
-        .collect();
-    assert!(
-        mismatches.is_empty(),
-        "{} layout mismatches:\n{}",
-        mismatches.len(),
-        mismatches.join("\n")
-    );
+    compare::assert_sides_match(&cpp, &rust, EXPECTED_LINES);
 }
 
 #[test]
