@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (after scripts/setup.sh): checks, the build and every test on ROCm 5.2 (the
-# host), then the end-to-end suites again on ROCm 6.1 and 6.4 (RPROF_TEST_ROCM, tests/rocm_runtime), whose roots
+# host), then the end-to-end suites again on ROCm 6.1 and 6.4 (RPROF_TEST_ROCM, tests/harness), whose roots
 # scripts/rocm-env.sh builds on first use (in the background here, while the 5.2 steps run). Every step is timed;
 # a failing step does not stop the later ones, but fails the run.
 set -uo pipefail
@@ -37,9 +37,11 @@ root_ready() { # VERSION: waits for the root's build; fails with its log
   echo "ROCm $1 root: $(tail -n1 "target/rocm-$1-root.log")"
 }
 
-# The end-to-end suites: every test binary that runs programs on a runtime over the emulated GPU.
-E2E=(-p rprof-core -p rprof-emu --test kernel_trace --test chained_rewriter --test rocminfo --test hip_programs
-     --test hip_multiprocess --test rpc_workload --test rpc_trace --test raw_hsa --test hip --test security)
+# The end-to-end suites: every test binary that runs programs on a runtime over the emulated GPU, all through the
+# one harness tests/harness (which builds rprof, the tool library and the emulator itself, into
+# <target>/harness/cargo; the "build" step below is for the other checks).
+E2E=(-p rprof-core --test kernel_trace --test chained_rewriter --test rocminfo --test hip_programs
+     --test hip_multiprocess --test rpc_workload --test rpc_trace --test raw_hsa --test emu_hip --test security)
 
 run_step "format"              cargo fmt --all -- --check
 run_step "clippy"              cargo clippy --workspace --all-targets -- -D warnings

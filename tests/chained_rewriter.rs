@@ -4,7 +4,7 @@
 //! the same process would. Each case traces a program with the chain tool in
 //! front of rprof, with and without serialization, and checks
 //! * exact dispatch counts in CSV, JSON and Perfetto against what the
-//!   program reports (`hip_support::check_outputs`, the harness's checks),
+//!   program reports (`harness::outputs::check_outputs`),
 //! * that every dispatch in the trace went through the chain tool (its
 //!   `CHAIN kernels=` count),
 //! * that every intercept marker the chain tool wrote landed on the kernel
@@ -31,22 +31,20 @@
 //!   hangs when a rewriter's added packets fill it; see [`graph_launches`]).
 //!
 //! The raw-HSA `trace_app` runs with `HSA_TOOLS_LIB="<tool> <chain tool>"`
-//! (`tests/support`); the HIP graph program runs under the `rprof` command
-//! with `HSA_TOOLS_LIB=<chain tool>`, which rprof puts behind its own tool
-//! (`tests/hip_support`). Needs `cargo build --workspace` first (as the HIP
-//! tests do).
+//! (`harness::trace_app`); the HIP graph program runs under the `rprof`
+//! command with `HSA_TOOLS_LIB=<chain tool>`, which rprof puts behind its own
+//! tool (`harness::hip`). Both outputs are checked by `harness::outputs`.
 
-// Both harnesses include `tests/rocm_runtime` by path: each keeps its own
-// copy here, as in its own test binaries (same selection, same roots).
-#![allow(clippy::duplicate_mod)]
-
-mod hip_support;
-mod support;
+mod harness;
 
 use std::collections::BTreeMap;
 
-use hip_support::{check_outputs, hip_program, CsvDispatch, KernelLaunches, ProcessReport};
-use support::{chain_tool, Load, Runtime};
+use harness::artefacts::{chain_tool, hip_program};
+use harness::outputs::{
+    check_outputs, read_json, single_report, summary, CsvDispatch, KernelLaunches, ProcessReport,
+};
+use harness::trace_app::{run_traced, Load};
+use harness::{build, hip, Runtime};
 
 /// What the chain tool reported at exit.
 #[derive(Debug)]
@@ -135,13 +133,13 @@ const LONG_KERNELS: (&str, &str) = ("RPROF_EMU_KERNEL_NS", "100000");
 /// `trace_app` with the chain tool in front of rprof: the harness's checks of
 /// all three outputs against the program's report; returns the CSV rows.
 fn trace_app_chained(label: &str, args: &[&str], serialize: bool) -> Vec<CsvDispatch> {
-    let a = support::artifacts();
+    let a = build();
     let tools = format!("{} {}", a.tool.display(), chain_tool().display());
     let mut env = vec![("HSA_TOOLS_LIB", tools.as_str()), LONG_KERNELS];
     if serialize {
         env.push(("RPROF_SERIALIZE_KERNELS", "1"));
     }
-    let run = support::run_traced(label, args, Load::ToolsLib, &env);
+    let run = run_traced(label, args, Load::ToolsLib, &env);
     assert_eq!(
         run.code,
         Some(0),
@@ -153,7 +151,7 @@ fn trace_app_chained(label: &str, args: &[&str], serialize: bool) -> Vec<CsvDisp
     // work-items per group, 1-D) and `TOTAL <n>`; its pid is the traced
     // process's, which the JSON records.
     let (launched, total) = run.launched();
-    let json = hip_support::read_json(&run.output("_results.json"));
+    let json = read_json(&run.output("_results.json"));
     let pid = json["run"]["pid"].as_u64().expect("JSON run.pid") as u32;
     let mut kernels = BTreeMap::new();
     for line in run.stdout.lines().filter(|l| l.starts_with("LAUNCHED ")) {
@@ -260,7 +258,7 @@ fn graph_storm_chained(label: &str, serialize: bool) -> Vec<CsvDispatch> {
     }
     let launches = graph_launches();
     let launches_arg = launches.to_string();
-    let run = hip_support::run_traced(
+    let run = hip::run_traced(
         label,
         &extra,
         &program,
@@ -268,12 +266,12 @@ fn graph_storm_chained(label: &str, serialize: bool) -> Vec<CsvDispatch> {
         &[("HSA_TOOLS_LIB", chain.as_str()), LONG_KERNELS],
     );
     run.assert_success();
-    let report = hip_support::single_report(&run);
+    let report = single_report(&run);
     let facts = check_outputs(&run.dir, label, &report);
     assert_eq!(facts.program_dispatches(), 64 * launches);
     assert_eq!(facts.program_kernel_names(), 64, "one name per graph node");
     assert_chain(&chain_report(&run.stdout), facts.rows.len() as u64);
-    hip_support::summary(label, &run, &facts);
+    summary(label, &run, &facts);
     facts.rows
 }
 

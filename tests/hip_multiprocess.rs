@@ -4,15 +4,16 @@
 //! are short per-file numbers to keep every event small, and `rprof merge`
 //! renumbers them and the packet sequences.)
 
-mod hip_support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hip_support::{
-    check_outputs, check_pftrace, hip_program, output_files, parse_launched, rprof, run_traced,
-    single_report, ProcessReport,
+use harness::artefacts::{hip_program, rprof};
+use harness::hip::run_traced;
+use harness::outputs::{
+    check_outputs, check_pftrace, output_files, parse_launched, single_report, ProcessReport,
 };
 
 fn outputs(stem: &str) -> Vec<String> {

@@ -1,24 +1,25 @@
 //! The `hip-tests/` programs traced end to end by the real `rprof` on the
 //! emulated GPU: every output must account for exactly the kernels each
-//! program says it launched (see `hip_support::check_outputs` for the full
-//! list of assertions).
+//! program says it launched (see `harness::outputs::check_outputs` for the
+//! full list of assertions).
 //!
-//! Runs on the runtime `RPROF_TEST_ROCM` selects (see `hip_support`). Needs
-//! `cargo build --workspace` first (for `rprof`, `librprof_tool.so` and the
-//! emulator's front-ends), that runtime's `hipcc`, and the Python `perfetto`
-//! package.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects, through the one harness
+//! (`tests/harness`, which builds what it needs); needs that runtime's
+//! `hipcc` and the Python `perfetto` package.
 
-mod hip_support;
+mod harness;
 
 use std::collections::BTreeMap;
 
-use hip_support::{
-    check_outputs, hip_program, output_files, run_traced, single_report, summary, Runtime,
-    RUNTIME_KERNEL_PREFIX,
+use harness::artefacts::hip_program;
+use harness::hip::run_traced;
+use harness::outputs::{
+    check_outputs, output_files, single_report, summary, TraceFacts, RUNTIME_KERNEL_PREFIX,
 };
+use harness::Runtime;
 
 /// Traces `program args` as `-o NAME` and runs every output check.
-fn trace_and_check(label: &str, program: &str, args: &[&str]) -> hip_support::TraceFacts {
+fn trace_and_check(label: &str, program: &str, args: &[&str]) -> TraceFacts {
     let prog = hip_program(program);
     let run = run_traced(label, &["-o", label], &prog, args, &[]);
     run.assert_success();
@@ -41,7 +42,7 @@ fn trace_and_check(label: &str, program: &str, args: &[&str]) -> hip_support::Tr
 /// number i*K + j of the program and runs `graph_node<j % 256>`. The nodes
 /// were captured from one stream, so they form a chain: each starts after
 /// the previous one ended (all on one queue).
-fn check_graph_order(f: &hip_support::TraceFacts, k: usize, launches: usize) {
+fn check_graph_order(f: &TraceFacts, k: usize, launches: usize) {
     let mut rows: Vec<_> = f
         .rows
         .iter()

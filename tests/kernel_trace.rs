@@ -2,14 +2,15 @@
 //! the emulated GPU, with `librprof_tool.so` loaded, checked against what the
 //! programs say they launched.
 
-mod support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::process::Command;
 
-use support::{
-    artifacts, check_pftrace, read_csv, run_rprof, run_rprof_into, run_traced, Load, Row, Run,
-};
+use harness::matrix::{FORMATS, TRACE_CONFIGS};
+use harness::outputs::{check_pftrace, output_files, read_csv, read_json, CsvDispatch as Row};
+use harness::trace_app::{run_rprof, run_rprof_into, run_traced, Load};
+use harness::{build, run_dir, Run};
 
 /// Grid size the program uses for each kernel.
 fn grid_of(name: &str) -> u64 {
@@ -37,7 +38,7 @@ fn assert_complete_trace(run: &Run) -> Vec<Row> {
     assert_eq!(rows.len() as u64, total, "stderr:\n{}", run.stderr);
     let mut per_kernel: BTreeMap<String, u64> = BTreeMap::new();
     for r in &rows {
-        *per_kernel.entry(r.name.clone()).or_default() += 1;
+        *per_kernel.entry(r.kernel_name.clone()).or_default() += 1;
     }
     let launched: BTreeMap<String, u64> = launched.into_iter().filter(|(_, n)| *n > 0).collect();
     assert_eq!(per_kernel, launched);
@@ -76,10 +77,13 @@ fn assert_complete_trace(run: &Run) -> Vec<Row> {
             "correlation id carries the pid: {r:?}"
         );
         assert_eq!(r.correlation_id & 0xffff_ffff, r.dispatch_id);
-        assert_eq!(r.grid_x, grid_of(&r.name));
-        assert_eq!(r.wg_x, 64);
-        assert_eq!(r.agent, 0);
-        ids_per_name.entry(&r.name).or_default().insert(r.kernel_id);
+        assert_eq!(r.grid[0], grid_of(&r.kernel_name));
+        assert_eq!(r.workgroup[0], 64);
+        assert_eq!(r.agent_id, 0);
+        ids_per_name
+            .entry(&r.kernel_name)
+            .or_default()
+            .insert(r.kernel_id);
     }
     let all_ids: BTreeSet<u64> = ids_per_name.values().flatten().copied().collect();
     for ids in ids_per_name.values() {
@@ -102,17 +106,17 @@ fn threads_with_their_own_queues() {
     let run = run_traced("threads", &["threads", "4", "150"], Load::ToolsLib, &[]);
     let rows = assert_complete_trace(&run);
     assert_eq!(rows.len(), 600);
-    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue).collect();
-    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread).collect();
+    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue_id).collect();
+    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread_id).collect();
     assert_eq!(queues.len(), 4, "one queue per thread");
     assert_eq!(threads.len(), 4, "four enqueuing threads");
     // Each thread used exactly one queue.
-    let pairs: BTreeSet<(u64, u64)> = rows.iter().map(|r| (r.thread, r.queue)).collect();
+    let pairs: BTreeSet<(u64, u64)> = rows.iter().map(|r| (r.thread_id, r.queue_id)).collect();
     assert_eq!(pairs.len(), 4);
     // Kernels of one queue: dispatch ids in enqueue order, times in order
     // (the queue runs in order on the emulated GPU).
     for q in &queues {
-        let mut on_q: Vec<&Row> = rows.iter().filter(|r| r.queue == *q).collect();
+        let mut on_q: Vec<&Row> = rows.iter().filter(|r| r.queue_id == *q).collect();
         on_q.sort_by_key(|r| r.dispatch_id);
         for w in on_q.windows(2) {
             assert!(
@@ -123,7 +127,7 @@ fn threads_with_their_own_queues() {
             );
         }
     }
-    let checked = check_pftrace(&run.output(".pftrace"));
+    let checked = check_pftrace(&run.output(".pftrace")).report;
     assert!(checked.contains("0 errors"), "{checked}");
 }
 
@@ -132,8 +136,8 @@ fn threads_sharing_one_queue() {
     let run = run_traced("shared", &["shared", "3", "120"], Load::ToolsLib, &[]);
     let rows = assert_complete_trace(&run);
     assert_eq!(rows.len(), 360);
-    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue).collect();
-    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread).collect();
+    let queues: BTreeSet<u64> = rows.iter().map(|r| r.queue_id).collect();
+    let threads: BTreeSet<u64> = rows.iter().map(|r| r.thread_id).collect();
     assert_eq!(queues.len(), 1);
     assert_eq!(threads.len(), 3);
     check_pftrace(&run.output(".pftrace"));
@@ -185,7 +189,7 @@ fn ld_preload_alone_loads_the_tool() {
 
 #[test]
 fn ld_preload_and_hsa_tools_lib_together_trace_once() {
-    let a = artifacts();
+    let a = build();
     let tool = a.tool.to_str().unwrap();
     let run = run_traced(
         "preload-and-tools-lib",
@@ -211,7 +215,7 @@ fn include_and_exclude_filters_apply_to_the_trace() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let (launched, _) = run.launched();
     let rows = read_csv(&run.output("_kernel_trace.csv"));
-    let names: BTreeSet<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let names: BTreeSet<&str> = rows.iter().map(|r| r.kernel_name.as_str()).collect();
     assert_eq!(names, BTreeSet::from(["alpha", "beta_kernel"]));
     assert_eq!(
         rows.len() as u64,
@@ -265,7 +269,7 @@ fn tracing_off_leaves_the_app_alone() {
 
 #[test]
 fn the_tool_library_never_links_the_hsa_runtime() {
-    let a = artifacts();
+    let a = build();
     let out = Command::new("readelf")
         .arg("-d")
         .arg(&a.tool)
@@ -414,6 +418,74 @@ fn host_forwarding_completes_app_signals() {
         );
         let rows = assert_complete_trace(&run);
         assert_eq!(rows.len() as u64, run.launched().1, "{label}");
+    }
+}
+
+/// Every workload shape under every tool configuration of the matrix
+/// (serialization off and on, app completion signals forwarded by barrier
+/// packet and by the host): a complete trace with the exact count, a valid
+/// Perfetto trace, and no overlap when serialized.
+#[test]
+fn every_trace_configuration_traces_every_workload_shape_completely() {
+    for config in TRACE_CONFIGS {
+        for (shape, args, dispatches) in [
+            ("threads", &["threads", "3", "40"][..], 120),
+            ("shared", &["shared", "2", "40"][..], 80),
+            ("pairs", &["pairs", "50"][..], 100),
+        ] {
+            let label = format!("matrix-{}-{shape}", config.name);
+            let mut env = config.env.to_vec();
+            env.push(LONG_KERNELS);
+            let run = run_traced(&label, args, Load::ToolsLib, &env);
+            let rows = assert_complete_trace(&run);
+            assert_eq!(rows.len(), dispatches, "{label}");
+            if config.serialized {
+                assert_eq!(overlaps(&rows), 0, "{label}: serialized kernels overlap");
+            }
+            let checked = check_pftrace(&run.output(".pftrace"));
+            assert_eq!(checked.kernel_slice_total, dispatches as u64, "{label}");
+        }
+    }
+}
+
+/// Each output format alone writes exactly its one file, and that file holds
+/// every dispatch.
+#[test]
+fn each_output_format_alone_writes_exactly_its_file_and_every_dispatch() {
+    for (format, suffix) in FORMATS {
+        let label = format!("format-{format}");
+        let run = run_traced(
+            &label,
+            &["threads", "2", "30"],
+            Load::ToolsLib,
+            &[("RPROF_OUTPUT_FORMAT", format)],
+        );
+        assert_eq!(run.code, Some(0), "{label}: {}", run.stderr);
+        assert_eq!(run.launched().1, 60, "{label}");
+        assert_eq!(
+            output_files(&run.dir),
+            vec![format!("run{suffix}")],
+            "{label}: {}",
+            run.stderr
+        );
+        let path = run.output(suffix);
+        let dispatches = match format {
+            "csv" => read_csv(&path).len() as u64,
+            "json" => {
+                let json = read_json(&path);
+                assert_eq!(
+                    json["metadata"]["records_lost"].as_u64(),
+                    Some(0),
+                    "{label}"
+                );
+                let listed = json["kernel_dispatches"].as_array().map_or(0, Vec::len);
+                assert_eq!(json["metadata"]["dispatches"].as_u64(), Some(listed as u64));
+                listed as u64
+            }
+            "pftrace" => check_pftrace(&path).kernel_slice_total,
+            other => panic!("no check for the format {other}"),
+        };
+        assert_eq!(dispatches, 60, "{label}");
     }
 }
 
@@ -591,8 +663,8 @@ fn a_queue_gated_on_a_later_host_signal_costs_one_stall_not_one_per_launch() {
 
 #[test]
 fn two_copies_of_the_tool_library_trace_once() {
-    let a = artifacts();
-    let copy_dir = a.runs.join("second-tool-copy");
+    let a = build();
+    let copy_dir = run_dir("second-tool-copy");
     std::fs::create_dir_all(&copy_dir).unwrap();
     let copy = copy_dir.join("librprof_tool.so");
     std::fs::copy(&a.tool, &copy).unwrap();
@@ -705,8 +777,7 @@ fn each_bad_configuration_gives_one_clear_message_and_the_app_runs_untraced() {
 fn a_full_disk_leaves_the_app_running_and_the_files_reported_incomplete() {
     // A 64 KiB tmpfs (mounting needs root, as in CI): the trace of 3 x 400
     // dispatches does not fit.
-    let a = artifacts();
-    let mnt = a.runs.join("full-disk-mnt");
+    let mnt = run_dir("full-disk-mnt");
     let _ = Command::new("umount").arg(&mnt).status();
     std::fs::create_dir_all(&mnt).unwrap();
     let st = Command::new("mount")

@@ -20,14 +20,13 @@
 //!
 //! GPUs: `gfx90a,gfx942` on 6.1 and 6.4; `gfx90a,gfx908` on 5.2, whose ROCr
 //! predates gfx942 (it skips such a node: "Agent creation failed. The GPU
-//! node has an unrecognized id"). Needs `cargo build --workspace` first.
+//! node has an unrecognized id").
 
-mod hip_support;
+mod harness;
 
-use std::process::Command;
-
-use hip_support::rocm_runtime::FrontEnd;
-use hip_support::{fresh_dir, profile_dir, rprof, run_with_timeout, Runtime};
+use harness::artefacts::{build, rprof};
+use harness::run::{clear_rprof_env, run_with, HIP_RUN_TIMEOUT};
+use harness::{fresh_dir, FrontEnd, Runtime};
 
 /// One `Agent N` section of `rocminfo`'s output: its own fields (two-space
 /// indent) and the names of its ISAs.
@@ -101,9 +100,7 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
             c
         }
         Runtime::Rocm52 | Runtime::Rocm61 => {
-            let emulator = runtime
-                .emulator_with(&profile_dir(), FrontEnd::KfdPreload)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let emulator = build().emulator_with(FrontEnd::KfdPreload);
             runtime.command("rocminfo", &emulator.loader_env)
         }
     };
@@ -125,7 +122,7 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
     };
     clear_rprof_env(&mut cmd);
     cmd.current_dir(&dir).env("RPROF_EMU_GPUS", gpus);
-    let run = run_with_timeout(cmd, dir);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
     run.assert_success();
     let cpu = cpu_model_name();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
@@ -166,14 +163,4 @@ fn rocminfo_lists_exactly_the_emulated_agents() {
         "{}",
         run.stderr
     );
-}
-
-/// The test's own `RPROF_*` variables (other than `RPROF_BIN`) stay out of
-/// the run.
-fn clear_rprof_env(cmd: &mut Command) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("RPROF_") && k != "RPROF_BIN" {
-            cmd.env_remove(k);
-        }
-    }
 }

@@ -4,25 +4,18 @@
 //! load, and a doorbell without an event (the 4096-event budget exhausted)
 //! is reported, not traced wrongly and not crashed on.
 //!
-//! Runs on the runtime `RPROF_TEST_ROCM` selects (`rocm_runtime`). Needs
-//! `cargo build --workspace` first (the `rprof` binary, the tool library and
-//! the emulator in `<target>/debug`), and the Python `perfetto` package for
-//! the checker.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects, through the one harness
+//! (`tests/harness`: it builds `rprof`, the tool library, the emulator and
+//! the workload), and needs the Python `perfetto` package for the checker.
 
-mod rpc_support;
+mod harness;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
-use rpc_support::{build_workload, repo, rprof, target_dir, Runtime};
-
-/// The workload, built once per test binary.
-fn workload() -> &'static PathBuf {
-    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(build_workload)
-}
+use harness::artefacts::{rpc_workload, rprof};
+use harness::outputs::check_pftrace;
+use harness::{fresh_dir, run_with_timeout, Runtime};
 
 struct Traced {
     /// `RPC key=value` facts the workload printed.
@@ -45,32 +38,22 @@ impl Traced {
 }
 
 fn run(label: &str, args: &[&str]) -> Traced {
-    let runtime = Runtime::selected();
-    let dir = runtime
-        .build_dir(&target_dir(), "rpc-trace-tests")
-        .join(label);
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new("timeout")
-        .arg("120")
-        .args(runtime.argv(rprof(), &[]))
-        .env_remove("LD_PRELOAD")
-        .env_remove("LD_LIBRARY_PATH")
-        .args([
-            "--rpc-trace",
-            "--kernel-trace",
-            "--stats",
-            "--device",
-            "emulated",
-        ])
-        .args(["--output-format", "pftrace,csv,json", "-o", "rpc", "-d"])
-        .arg(&dir)
-        .arg("--")
-        .arg(workload())
-        .args(args)
-        .output()
-        .expect("run rprof");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(rprof(), &[]);
+    cmd.args([
+        "--rpc-trace",
+        "--kernel-trace",
+        "--stats",
+        "--device",
+        "emulated",
+    ])
+    .args(["--output-format", "pftrace,csv,json", "-o", "rpc", "-d"])
+    .arg(&dir)
+    .arg("--")
+    .arg(rpc_workload())
+    .args(args);
+    let out = run_with_timeout(cmd, dir.clone());
+    let (stdout, stderr) = (out.stdout, out.stderr);
     assert!(
         out.status.success(),
         "{label}: status {:?}\n{stdout}\n{stderr}",
@@ -108,22 +91,7 @@ fn json(t: &Traced) -> serde_json::Value {
 
 /// Runs the checker and counts slices by name.
 fn checked_slices(t: &Traced) -> HashMap<String, u64> {
-    let trace = t.path(".pftrace");
-    let json_out = t.path(".check.json");
-    let out = Command::new("python3")
-        .arg(repo().join("tests/tools/pftrace_check.py"))
-        .arg(&trace)
-        .arg("--json")
-        .arg(&json_out)
-        .output()
-        .expect("python3 runs pftrace_check.py (pip install perfetto protobuf)");
-    assert!(
-        out.status.success(),
-        "pftrace_check.py failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json_out).unwrap()).unwrap();
+    let v = check_pftrace(&t.path(".pftrace")).json;
     let mut counts = HashMap::new();
     for s in v["slices"].as_array().unwrap() {
         *counts

@@ -1,57 +1,22 @@
 //! The `rpc-doorbell` workload (LLVM libc's GPU RPC doorbell protocol, `tests/programs/rpc_doorbell.cpp`) on the
 //! real ROCr over the emulated GPU, untraced: its own checks pass and its printed counts are exact.
 //!
-//! Runs on the runtime `RPROF_TEST_ROCM` selects (`rocm_runtime`). Needs the emulator front-end built beforehand
-//! (`cargo build --workspace` leaves it in `<target>/debug`, where `<target>` is `CARGO_TARGET_DIR` or
-//! `<repo>/target`). The workload is built inside the runtime's root by `scripts/build-workloads.sh
-//! <target>/rocm-VERSION/workloads`, which rebuilds only what changed.
+//! Runs on the runtime `RPROF_TEST_ROCM` selects, through the one harness (`tests/harness`): the workload is built
+//! inside the runtime's root (`harness::artefacts::rpc_workload`), the emulator front-end by the harness's cargo
+//! build.
 
-mod rpc_support;
+mod harness;
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rpc_support::{build_workload, profile_dir, rocm_runtime, target_dir, Runtime};
+use harness::artefacts::{build, rpc_workload};
+use harness::run::run_with;
+use harness::{run_dir, Runtime};
 
 /// Longest a run may take before the test kills it and calls it a hang (a lost wake-up).
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What the tests need, prepared once per test binary.
-#[derive(Debug)]
-struct Setup {
-    /// The runtime it runs on.
-    runtime: Runtime,
-    /// The emulated GPU under it.
-    emulator: rocm_runtime::Emulator,
-    /// The built workload.
-    program: PathBuf,
-    /// Scratch directory for run outputs.
-    scratch: PathBuf,
-}
-
-fn setup() -> &'static Setup {
-    static SETUP: OnceLock<Setup> = OnceLock::new();
-    SETUP.get_or_init(|| {
-        let target = target_dir();
-        let runtime = Runtime::selected();
-        let emulator = runtime
-            .emulator(&profile_dir())
-            .unwrap_or_else(|e| panic!("{e}"));
-
-        let program = build_workload();
-        let scratch = runtime.build_dir(&target, "rpc-workload-tests");
-        Setup {
-            runtime,
-            emulator,
-            program,
-            scratch,
-        }
-    })
-}
 
 /// One finished run of the workload.
 #[derive(Debug)]
@@ -148,58 +113,24 @@ fn hex(v: &str) -> u64 {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{v} is not hex"))
 }
 
-/// Runs the workload over the emulator; kills it and fails the test after [`RUN_TIMEOUT`].
+/// Runs the workload over the emulator; kills it and fails the test after [`RUN_TIMEOUT`] (a lost wake-up?).
 fn run(args: &[&str]) -> Run {
-    let s = setup();
-    let mut cmd = s.runtime.command(&s.program, &s.emulator.loader_env);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let emulator = build().emulator();
+    let mut cmd = Runtime::selected().command(rpc_workload(), &emulator.loader_env);
+    cmd.args(args).env_remove("HSA_TOOLS_LIB");
     for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().to_string();
-        if k.starts_with("RPROF_EMU_") || k == "HSA_TOOLS_LIB" {
+        if k.to_string_lossy().starts_with("RPROF_EMU_") {
             cmd.env_remove(k);
         }
     }
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("rpc-doorbell starts");
-    let mut out_pipe = child.stdout.take().unwrap();
-    let mut err_pipe = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out_pipe.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err_pipe.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stdout = out_reader.join().unwrap();
-            panic!(
-                "rpc-doorbell {args:?} hung (killed after {RUN_TIMEOUT:?}; a lost wake-up?):\n{stdout}\nstderr:\n{}",
-                err_reader.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = out_reader.join().unwrap();
-    let stderr = err_reader.join().unwrap();
-    let values = parse(&stdout);
+    let r = run_with(cmd, PathBuf::new(), RUN_TIMEOUT);
+    let values = parse(&r.stdout);
     Run {
-        code: status.code(),
-        stdout,
-        stderr,
+        code: r.code,
+        stdout: r.stdout,
+        stderr: r.stderr,
         values,
-        elapsed: start.elapsed(),
+        elapsed: r.elapsed,
     }
 }
 
@@ -255,7 +186,7 @@ fn drained_launches_sleep_and_wake_once_per_kernel_at_least() {
     // Each kernel is launched (queues in turn) once the server has served every earlier call, so the doorbell is
     // back at 0 and each kernel's first call rings: at least one ring and one wake per kernel. The wake log has a
     // row per wake.
-    let log = setup().scratch.join("drained-wakes.csv");
+    let log = run_dir("scratch").join("drained-wakes.csv");
     let _ = std::fs::remove_file(&log);
     let r = run(&[
         "--kernels",

@@ -1,5 +1,5 @@
 //! Security end to end (issue 16, docs/security.md), on the runtime
-//! `RPROF_TEST_ROCM` selects (tests/rocm_runtime).
+//! `RPROF_TEST_ROCM` selects (`tests/harness`).
 //!
 //! - `installed_rprof_traces_from_a_read_only_prefix`: `scripts/install.sh`
 //!   into a fresh prefix (`<target>/rocm-VERSION/security/prefix`) made
@@ -20,8 +20,7 @@
 //! Users change with a small helper compiled here (`setpriv` is missing in
 //! the 6.x roots): `dropto UID GID GROUP -- PROGRAM ARGS...`.
 
-#[path = "hip_support/mod.rs"]
-mod hip_support;
+mod harness;
 
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -29,10 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use hip_support::{
-    check_outputs, hip_program, profile_dir, repo_root, run_with_timeout, single_report,
-    target_dir, Runtime,
-};
+use harness::artefacts::{build, hip_program};
+use harness::outputs::{check_outputs, single_report};
+use harness::run::{run_with, HIP_RUN_TIMEOUT};
+use harness::{repo, target_dir, Runtime};
 
 /// Victim and attacker accounts, and the group they share.
 const VICTIM: &str = "rprof-victim";
@@ -63,8 +62,8 @@ fn scratch(label: &str) -> PathBuf {
     dir
 }
 
-/// `scripts/install.sh --profile debug --no-build PREFIX` into a fresh
-/// prefix, then everything made read-only (directories 0555, files a-w).
+/// `scripts/install.sh --profile <the tests' profile> --no-build PREFIX`
+/// (from the harness's build) into a fresh prefix, then everything made read-only (directories 0555, files a-w).
 fn installed_prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
@@ -80,13 +79,12 @@ fn installed_prefix() -> &'static Path {
             );
             std::fs::remove_dir_all(&prefix).unwrap();
         }
+        let b = build();
         let mut c = Command::new("bash");
-        c.arg(repo_root().join("scripts/install.sh"))
-            .args(["--profile", "debug", "--no-build"])
-            .arg(&prefix);
-        if let Some(t) = profile_dir().parent() {
-            c.env("CARGO_TARGET_DIR", t);
-        }
+        c.arg(repo().join("scripts/install.sh"))
+            .args(["--profile", &b.profile, "--no-build"])
+            .arg(&prefix)
+            .env("CARGO_TARGET_DIR", &b.target);
         run_ok(&mut c, "scripts/install.sh");
         run_ok(
             Command::new("chmod").args(["-R", "a-w"]).arg(&prefix),
@@ -132,7 +130,7 @@ fn installed_rprof_traces_from_a_read_only_prefix() {
             cmd.env_remove(k);
         }
     }
-    let run = run_with_timeout(cmd, out.clone());
+    let run = run_with(cmd, out.clone(), HIP_RUN_TIMEOUT);
     assert!(run.status.success(), "{}\n{}", run.status, run.stderr);
     assert!(!run.stderr.contains("error"), "{}", run.stderr);
     let report = single_report(&run);
@@ -158,7 +156,7 @@ fn installed_rprof_traces_from_a_read_only_prefix() {
         .env_remove("HSA_TOOLS_LIB");
     let csv = out.join("run_kernel_trace.csv");
     let before = std::fs::read(&csv).unwrap();
-    let run2 = run_with_timeout(again, out.clone());
+    let run2 = run_with(again, out.clone(), HIP_RUN_TIMEOUT);
     assert!(run2.status.success(), "{}", run2.stderr);
     assert!(
         run2.stderr.contains(&format!(
@@ -270,10 +268,7 @@ fn as_user(acc: &Accounts, who: (u32, u32), program: &Path, args: &[OsString]) -
 fn victim_rprofs() -> Vec<PathBuf> {
     match std::env::var_os("RPROF_SECURITY_RPROF") {
         Some(p) => vec![PathBuf::from(p)],
-        None => vec![
-            installed_prefix().join("bin/rprof"),
-            profile_dir().join("rprof"),
-        ],
+        None => vec![installed_prefix().join("bin/rprof"), build().rprof.clone()],
     }
 }
 

@@ -1,26 +1,10 @@
-//! Runs a HIP program (`programs/hip_app.cpp`, built with the hipcc of the runtime `RPROF_TEST_ROCM` selects) on
-//! that real HIP/ROCr over the emulated GPU. Its kernels have host implementations registered with the emulator, so
-//! results are exact.
-mod common;
+//! The emulator under a HIP program (`tests/programs/emu/hip_app.cpp`, built with the hipcc of the runtime
+//! `RPROF_TEST_ROCM` selects) on that real HIP/ROCr, untraced: streams, events, graphs, copies and memsets, with and
+//! without the SDMA engine, and two GPUs. Its kernels have host implementations registered with the emulator, so
+//! results are exact. (Moved here from `emu/tests/hip.rs` so that it shares the one harness.)
+mod harness;
 
-use common::{build_cached, compiler, emulator, programs_dir, run};
-use std::path::Path;
-
-fn hip_app() -> std::path::PathBuf {
-    let src = programs_dir().join("hip_app.cpp");
-    let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rprof_emu.h");
-    let emu = emulator();
-    build_cached("hip_app", &[&src, &header], |out| {
-        let mut c = compiler("hipcc");
-        c.args(["--offload-arch=gfx90a", "-O1"])
-            .arg(format!("-I{}", header.parent().unwrap().display()))
-            .arg(&src)
-            .args(&emu.link_args)
-            .arg("-o")
-            .arg(out);
-        c
-    })
-}
+use harness::emu::{hip_app, run};
 
 #[test]
 fn hip_streams_events_graphs_and_copies() {

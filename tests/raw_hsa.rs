@@ -1,8 +1,12 @@
-//! Runs the raw-HSA program (`programs/hsa_raw.cpp`) on the real ROCr that `RPROF_TEST_ROCM` selects (5.2.3 by
-//! default; see `common`) over the emulated GPU.
-mod common;
+//! The emulator under the raw-HSA program `tests/programs/emu/hsa_raw.cpp` on the real ROCr that `RPROF_TEST_ROCM`
+//! selects (5.2.3 by default; see `harness::runtime`), untraced: dispatch, barriers, signal waits, profiling
+//! timestamps, copies (blit kernels and the SDMA engine), topologies (APU, several GPUs and ISAs), queue errors on
+//! invalid packets, leaks over a long run, the signal-event limit, configuration by environment and file, and
+//! compute-unit sharing. (Moved here from `emu/tests/` so that it shares the one harness.)
+mod harness;
 
-use common::{code_object, hsa_raw, run, Runtime};
+use harness::emu::{code_object, hsa_raw, run, run_command};
+use harness::{run_with_timeout, Runtime};
 
 /// Live events once 5000 signals exist (docs/emulated-gpu.md): on ROCr 5.2.3 all 4096 signal events plus the
 /// runtime's VM-fault memory event; on 6.1.2 also its HW_EXCEPTION event; on 6.4.3 and 7.0 (KFD front-end) 4095
@@ -203,13 +207,12 @@ fn signal_event_limit_falls_back() {
 #[test]
 fn bad_configuration_is_refused() {
     let program = hsa_raw();
-    let out = common::run_command(&program)
-        .arg("topology")
-        .env("RPROF_EMU_GPUS", "gfx4242")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "hsa_init must fail");
-    assert!(String::from_utf8_lossy(&out.stderr)
+    let mut cmd = run_command(&program);
+    cmd.arg("topology").env("RPROF_EMU_GPUS", "gfx4242");
+    let out = run_with_timeout(cmd, harness::fresh_dir("bad-configuration"));
+    assert_eq!(out.code, Some(2), "hsa_init must fail");
+    assert!(out
+        .stderr
         .contains("rprof-emu: bad configuration: GPUS: unknown ISA 'gfx4242'"));
 }
 
@@ -230,8 +233,7 @@ fn kernels_share_compute_units_and_respect_the_barrier_bit() {
 
 #[test]
 fn config_file_selects_the_machine() {
-    let dir = common::rocm_runtime::target_dir().join("emu-config-test");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = harness::fresh_dir("emu-config-test");
     let file = dir.join("emu.conf");
     std::fs::write(
         &file,

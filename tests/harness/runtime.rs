@@ -1,7 +1,5 @@
 //! Which ROCm runtime the end-to-end tests run on, and how to build and run
-//! programs for it. Every end-to-end harness uses this one module
-//! (`tests/support`, `tests/hip_support`, `tests/rpc_support`, and
-//! `emu/tests/common` through `#[path]`), so the choice is made in one place.
+//! programs for it: the one place that choice is made.
 //!
 //! `RPROF_TEST_ROCM` selects the runtime:
 //!
@@ -16,19 +14,19 @@
 //! own compilers, and run there, through `scripts/rocm-env.sh VERSION -- ...`
 //! (which builds the root on first use and passes the environment through).
 //! Builds for each runtime go to `<target>/rocm-VERSION/`, so their caches
-//! never mix. Rust binaries (`rprof`, the tool and emulator libraries) are
-//! built once on the host and run inside every root.
+//! never mix. Rust binaries (`rprof`, the tool and emulator libraries,
+//! [`super::artefacts`]) are built once on the host and run inside every root.
 //!
 //! Nothing here skips: a runtime whose root cannot be built, or whose
 //! emulator front-end is missing, fails the test with the reason.
-
-#![allow(dead_code)] // each harness uses a different part
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use super::{repo, target_dir};
 
 /// The selecting environment variable.
 pub const SELECTOR: &str = "RPROF_TEST_ROCM";
@@ -73,14 +71,6 @@ impl FrontEnd {
         match self {
             FrontEnd::Thunk => "libhsakmt.so",
             FrontEnd::KfdPreload => "librprof_emu_kfd.so",
-        }
-    }
-
-    /// The crate's directory in the repository.
-    pub fn crate_dir(self) -> &'static str {
-        match self {
-            FrontEnd::Thunk => "emu/thunk",
-            FrontEnd::KfdPreload => "emu/kfd",
         }
     }
 }
@@ -270,29 +260,14 @@ impl Runtime {
     pub fn emulator_with(self, profile: &Path, front_end: FrontEnd) -> Result<Emulator, String> {
         let library = profile.join(front_end.library_file());
         if !library.is_file() {
-            let why = if repo()
-                .join(front_end.crate_dir())
-                .join("Cargo.toml")
-                .is_file()
-            {
-                format!(
-                    "build it first (`cargo build --workspace`, or `cargo build -p {}`) with the same \
-                     CARGO_TARGET_DIR as the tests",
-                    front_end.package()
-                )
-            } else {
-                format!(
-                    "this checkout has no {} (package {}) yet",
-                    front_end.crate_dir(),
-                    front_end.package()
-                )
-            };
             return Err(format!(
-                "{SELECTOR}={}: {} needs the emulator's {:?} front-end {}, which is missing: {why}",
+                "{SELECTOR}={}: {} needs the emulator's {:?} front-end {} (package {}), which the harness's build \
+                 did not leave there",
                 self.version(),
                 self.describe(),
                 front_end,
-                library.display()
+                library.display(),
+                front_end.package()
             ));
         }
         let (loader_env, link_args) = match front_end {
@@ -370,48 +345,6 @@ impl Emulator {
             None => env.push(("LD_PRELOAD".into(), preload.as_os_str().to_os_string())),
         }
         env
-    }
-}
-
-/// The repository root: the workspace root, found from the package being
-/// tested (every package is at most two levels below it: `.`, `tool`,
-/// `emu`, `emu/thunk`).
-pub fn repo() -> PathBuf {
-    workspace_root()
-}
-
-fn workspace_root() -> PathBuf {
-    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        if std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]"))
-        {
-            return dir;
-        }
-        if !dir.pop() {
-            return PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        }
-    }
-}
-
-/// `<target>/<profile>` of the running test binary (`.../deps/<test>`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .expect("test executable lives in <target>/<profile>/deps")
-}
-
-/// `<target>`: `CARGO_TARGET_DIR` (relative to the workspace root), else the
-/// parent of [`profile_dir`].
-pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => workspace_root().join(d),
-        None => profile_dir()
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| workspace_root().join("target")),
     }
 }
 

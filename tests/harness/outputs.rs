@@ -1,36 +1,16 @@
-//! Shared harness of the `hip_*` integration tests: builds the HIP programs of
-//! `hip-tests/` (once per test binary), runs them under the real `rprof`
-//! binary on the emulated GPU, and checks the three outputs (CSV, JSON,
-//! Perfetto through `tests/tools/pftrace_check.py`) against the `LAUNCHED`
-//! report the program printed.
-//!
-//! The runtime is the one `RPROF_TEST_ROCM` selects (`rocm_runtime`): the
-//! programs are built by `hip-tests/build.sh` inside its root with its
-//! `hipcc`, into `<target>/rocm-VERSION/hip-tests/`, and `rprof` runs them
-//! there (it picks the emulator front-end that runtime needs by itself).
-//!
-//! Paths follow the test binary: it lives in `<target>/<profile>/deps/`, so
-//! `rprof`, `librprof_tool.so` and the emulator's front-end library are
-//! expected in `<target>/<profile>/` (`cargo build --workspace` puts them
-//! there), and runs write to `<target>/rocm-VERSION/hip-test-runs/<label>/`.
-//! `RPROF_BIN` overrides the `rprof` path. A missing `hipcc` fails the tests.
-
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
-#[path = "../rocm_runtime/mod.rs"]
-pub mod rocm_runtime;
+//! Reading a traced run's outputs and checking them against what the
+//! program said it launched: the program's `LAUNCHED` report
+//! ([`parse_launched`]), `NAME_kernel_trace.csv` ([`read_csv`], header and
+//! `Kind` checked), `NAME_results.json` ([`read_json`]), the Perfetto trace
+//! through `tests/tools/pftrace_check.py` ([`check_pftrace`]), and all three
+//! cross-checked ([`check_outputs`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
-pub use rocm_runtime::Runtime;
-
-/// Longest a traced program may run before the test calls it a hang.
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(150);
+use super::repo;
+use super::run::{tail, Run};
 
 /// Prefix of the HIP runtime's own blit/fill kernels (ROCclr), which a kernel
 /// tracer rightly records but which no program lists in its report.
@@ -57,230 +37,6 @@ pub const CSV_COLUMNS: [&str; 18] = [
     "Grid_Size_Y",
     "Grid_Size_Z",
 ];
-
-/// The repository root.
-pub fn repo_root() -> PathBuf {
-    rocm_runtime::repo()
-}
-
-/// `<target>/<profile>`: where cargo put `rprof` and the libraries.
-pub fn profile_dir() -> PathBuf {
-    rocm_runtime::profile_dir()
-}
-
-/// `<target>`.
-pub fn target_dir() -> PathBuf {
-    rocm_runtime::target_dir()
-}
-
-/// The `rprof` binary; panics with instructions when it (or a library it
-/// loads from its own directory) is missing.
-pub fn rprof() -> PathBuf {
-    let bin = std::env::var_os("RPROF_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("rprof"));
-    let dir = bin.parent().unwrap_or(Path::new("."));
-    let runtime = Runtime::selected();
-    let front_end = dir.join(runtime.front_end().library_file());
-    if !front_end.exists() {
-        // Says which front-end the runtime needs and why it is missing.
-        if let Err(e) = runtime.emulator(dir) {
-            panic!("{e}");
-        }
-    }
-    for needed in [bin.clone(), dir.join("librprof_tool.so"), front_end] {
-        assert!(
-            needed.exists(),
-            "{} not found: build the whole workspace first (`cargo build --workspace`, as scripts/test.sh does) \
-             with the same CARGO_TARGET_DIR as the tests, or point RPROF_BIN at an rprof binary",
-            needed.display()
-        );
-    }
-    bin
-}
-
-static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-/// Builds all programs once per test binary (`hip-tests/build.sh` inside the
-/// selected runtime's root, which rebuilds only what changed) and returns
-/// the path of `name`. Fails the test with the build's output if that
-/// fails (no `hipcc` included).
-pub fn hip_program(name: &str) -> PathBuf {
-    // A missing rprof or emulator front-end fails before the long build.
-    rprof();
-    let dir = BUILT.get_or_init(|| {
-        let runtime = Runtime::selected();
-        let out = runtime.build_dir(&target_dir(), "hip-tests");
-        let script = repo_root().join("hip-tests/build.sh");
-        let o = runtime
-            .tool("bash")
-            .arg(&script)
-            .arg(&out)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        if !o.status.success() {
-            return Err(format!(
-                "hip-tests/build.sh on ROCm {} failed ({}):\n{text}",
-                runtime.version(),
-                o.status
-            ));
-        }
-        Ok(out)
-    });
-    match dir {
-        Ok(d) => {
-            let p = d.join(name);
-            assert!(p.exists(), "{} was not built", p.display());
-            p
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// A finished run.
-#[derive(Debug)]
-pub struct Run {
-    /// Exit status of `rprof` (the app's status).
-    pub status: ExitStatus,
-    /// The app's stdout.
-    pub stdout: String,
-    /// rprof's and the app's stderr.
-    pub stderr: String,
-    /// The output directory (`-d`).
-    pub dir: PathBuf,
-    /// Wall time of the run.
-    pub elapsed: Duration,
-}
-
-impl Run {
-    /// Panics with the run's output unless it exited 0.
-    pub fn assert_success(&self) {
-        assert!(
-            self.status.success(),
-            "traced program failed: {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.status,
-            tail(&self.stdout, 4000),
-            tail(&self.stderr, 4000)
-        );
-    }
-}
-
-fn tail(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
-}
-
-/// A fresh, empty output directory for `label`.
-pub fn fresh_dir(label: &str) -> PathBuf {
-    let dir = Runtime::selected()
-        .build_dir(&target_dir(), "hip-test-runs")
-        .join(label);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create run directory");
-    dir
-}
-
-/// Runs `rprof --kernel-trace --output-format pftrace,csv,json -d DIR
-/// <extra> -- <program> <args>` with the MPI/Slurm rank variables removed and
-/// `env` added; fails the test if it takes longer than [`RUN_TIMEOUT`].
-pub fn run_traced(
-    label: &str,
-    extra: &[&str],
-    program: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Run {
-    let dir = fresh_dir(label);
-    let mut cmd = Runtime::selected().command(rprof(), &[]);
-    cmd.arg("--kernel-trace")
-        .arg("--output-format")
-        .arg("pftrace,csv,json")
-        .arg("-d")
-        .arg(&dir)
-        .args(extra)
-        .arg("--")
-        .arg(program)
-        .args(args);
-    for v in [
-        "OMPI_COMM_WORLD_RANK",
-        "PMIX_RANK",
-        "PMI_RANK",
-        "MV2_COMM_WORLD_RANK",
-        "SLURM_PROCID",
-        "HSA_TOOLS_LIB",
-    ] {
-        cmd.env_remove(v);
-    }
-    for (k, _) in std::env::vars() {
-        if k.starts_with("RPROF_") && k != "RPROF_BIN" {
-            cmd.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    run_with_timeout(cmd, dir)
-}
-
-/// Runs `cmd` with piped output; kills it and panics after [`RUN_TIMEOUT`].
-pub fn run_with_timeout(mut cmd: Command, dir: PathBuf) -> Run {
-    let shown = format!("{cmd:?}");
-    let start = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = out.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for rprof") {
-            break s;
-        }
-        if start.elapsed() > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stdout = out_reader.join().unwrap_or_default();
-            let stderr = err_reader.join().unwrap_or_default();
-            panic!(
-                "HANG: {shown} still running after {RUN_TIMEOUT:?}; killed\n--- stdout\n{}\n--- stderr\n{}",
-                tail(&stdout, 4000),
-                tail(&stderr, 4000)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = start.elapsed();
-    Run {
-        status,
-        stdout: out_reader.join().expect("stdout reader"),
-        stderr: err_reader.join().expect("stderr reader"),
-        dir,
-        elapsed,
-    }
-}
 
 /// One kernel name in a program's report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -485,12 +241,14 @@ pub struct PftraceSummary {
     pub process_pids: BTreeSet<u64>,
     /// The checker's stdout.
     pub report: String,
+    /// The checker's JSON (`--json`: tracks, slices, flows, counters).
+    pub json: serde_json::Value,
 }
 
 /// Runs `tests/tools/pftrace_check.py TRACE --json OUT`; panics if it finds
 /// errors, and summarises its JSON.
 pub fn check_pftrace(trace: &Path) -> PftraceSummary {
-    let script = repo_root().join("tests/tools/pftrace_check.py");
+    let script = repo().join("tests/tools/pftrace_check.py");
     let json_out = trace.with_extension("check.json");
     let o = Command::new("python3")
         .arg(&script)
@@ -533,6 +291,7 @@ pub fn check_pftrace(trace: &Path) -> PftraceSummary {
     };
     let mut s = PftraceSummary {
         report,
+        json: v.clone(),
         ..Default::default()
     };
     for t in tracks.values() {
