@@ -25,10 +25,10 @@ mod harness;
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
-use harness::artefacts::{build, hip_program};
+use harness::artefacts::{build, hip_program, run_checked};
 use harness::outputs::{check_outputs, single_report};
 use harness::run::{run_with, HIP_RUN_TIMEOUT};
 use harness::{repo, target_dir, Runtime};
@@ -38,22 +38,10 @@ const VICTIM: &str = "rprof-victim";
 const ATTACKER: &str = "rprof-attacker";
 const GROUP: &str = "rprof-shared";
 
-fn run_ok(cmd: &mut Command, what: &str) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        o.status.success(),
-        "{what}: {}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
 /// A fresh directory under /tmp (visible inside every runtime root), made
 /// with mkdtemp(1) and opened to everyone to traverse.
 fn scratch(label: &str) -> PathBuf {
-    let o = run_ok(
+    let o = run_checked(
         Command::new("mktemp").args(["-d", &format!("/tmp/rprof-sec-{label}-XXXXXX")]),
         "mktemp",
     );
@@ -73,7 +61,7 @@ fn installed_prefix() -> &'static Path {
             .build_dir(&target_dir(), "security")
             .join("prefix");
         if prefix.exists() {
-            run_ok(
+            run_checked(
                 Command::new("chmod").args(["-R", "u+w"]).arg(&prefix),
                 "chmod",
             );
@@ -85,8 +73,8 @@ fn installed_prefix() -> &'static Path {
             .args(["--profile", &b.profile, "--no-build"])
             .arg(&prefix)
             .env("CARGO_TARGET_DIR", &b.target);
-        run_ok(&mut c, "scripts/install.sh");
-        run_ok(
+        run_checked(&mut c, "scripts/install.sh");
+        run_checked(
             Command::new("chmod").args(["-R", "a-w"]).arg(&prefix),
             "chmod",
         );
@@ -180,7 +168,7 @@ struct Accounts {
 }
 
 fn id_of(flag: &str, name: &str) -> u32 {
-    let o = run_ok(Command::new("id").args([flag, name]), "id");
+    let o = run_checked(Command::new("id").args([flag, name]), "id");
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
@@ -199,12 +187,12 @@ fn accounts() -> &'static Accounts {
                  (CI runs them as root)"
             );
             if Command::new("getent").args(["group", GROUP]).output().map(|o| !o.status.success()).unwrap_or(true) {
-                run_ok(Command::new("groupadd").arg(GROUP), "groupadd");
+                run_checked(Command::new("groupadd").arg(GROUP), "groupadd");
             }
             for user in [VICTIM, ATTACKER] {
                 let exists = Command::new("id").arg(user).output().map(|o| o.status.success()).unwrap_or(false);
                 if !exists {
-                    run_ok(
+                    run_checked(
                         Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", "-G", GROUP, user]),
                         "useradd",
                     );
@@ -223,7 +211,7 @@ fn accounts() -> &'static Accounts {
             )
             .unwrap();
             let dropto = dir.join("dropto");
-            run_ok(Command::new("gcc").arg("-O").arg(&src).arg("-o").arg(&dropto), "gcc dropto");
+            run_checked(Command::new("gcc").arg("-O").arg(&src).arg("-o").arg(&dropto), "gcc dropto");
             Accounts {
                 victim: (id_of("-u", VICTIM), id_of("-g", VICTIM)),
                 attacker: (id_of("-u", ATTACKER), id_of("-g", ATTACKER)),
@@ -234,7 +222,7 @@ fn accounts() -> &'static Accounts {
 }
 
 fn id_of_group() -> u32 {
-    let o = run_ok(Command::new("getent").args(["group", GROUP]), "getent");
+    let o = run_checked(Command::new("getent").args(["group", GROUP]), "getent");
     String::from_utf8_lossy(&o.stdout)
         .split(':')
         .nth(2)
@@ -294,7 +282,7 @@ fn planted_library_directory_is_never_loaded() {
     )
     .unwrap();
     let evil = lab.join("libselinux.so.1");
-    run_ok(
+    run_checked(
         Command::new("gcc")
             .args(["-shared", "-fPIC", "-Wl,-soname,libselinux.so.1"])
             .arg("-Wl,--filter=/lib/x86_64-linux-gnu/libselinux.so.1")
@@ -308,7 +296,7 @@ fn planted_library_directory_is_never_loaded() {
     let planted = PathBuf::from(format!("/tmp/rprof-emu-{}", acc.victim.0));
     let _ = std::fs::remove_dir_all(&planted);
     let sh = Path::new("/bin/sh");
-    run_ok(
+    run_checked(
         &mut as_user(
             acc,
             acc.attacker,
@@ -409,7 +397,7 @@ fn planted_symlink_output_is_refused() {
         std::os::unix::fs::chown(&shared, Some(0), Some(acc.group)).unwrap();
         std::fs::set_permissions(&shared, PermissionsExt::from_mode(0o2770)).unwrap();
         let link = shared.join("run_kernel_trace.csv");
-        run_ok(
+        run_checked(
             &mut as_user(
                 acc,
                 acc.attacker,

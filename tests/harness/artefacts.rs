@@ -22,7 +22,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 
 use super::runtime::{self, Emulator, FrontEnd, Runtime};
@@ -47,8 +47,9 @@ pub struct Build {
     pub emu_dir: PathBuf,
 }
 
-/// Runs `cmd`; fails the test with its output unless it succeeds.
-pub fn run_checked(cmd: &mut Command, what: &str) {
+/// Runs `cmd` to its end; fails the test with its output unless it
+/// succeeds, else returns that output.
+pub fn run_checked(cmd: &mut Command, what: &str) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
@@ -59,6 +60,7 @@ pub fn run_checked(cmd: &mut Command, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 /// Builds the Rust artefacts once per test binary (see the module doc).
