@@ -9,7 +9,6 @@
 mod cli;
 mod front_end;
 mod libraries;
-mod merge;
 
 use std::ffi::OsString;
 use std::io;
@@ -31,7 +30,13 @@ fn main() {
 fn run(cli: Cli) -> i32 {
     if let Some(CliCommand::Merge { inputs, output }) = &cli.command {
         let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-        return match merge::merge(&inputs, output) {
+        let create = |p: &Path| {
+            rprof_core::output::files::create_new_hinted(
+                p,
+                "remove it, or name another output with -o",
+            )
+        };
+        return match rprof_perfetto::merge::merge(&inputs, output, create) {
             Ok(s) => {
                 eprintln!(
                     "rprof: wrote {} ({} packets from {} files, {} sequences)",
