@@ -76,6 +76,16 @@ fn draw(points: &[Point], svg: &mut String) -> Result<(), Box<dyn std::error::Er
             .iter()
             .map(|p| Circle::new((p.dispatches, p.ratio), 4, RED.filled())),
     )?;
+    // Each point's dispatch count under its bar, as the axis ticks are
+    // powers of ten.
+    chart.draw_series(points.iter().map(|p| {
+        EmptyElement::at((p.dispatches, p.lo))
+            + Text::new(
+                format!("{:.0}", p.dispatches),
+                (-12, 8),
+                ("sans-serif", 11).into_font(),
+            )
+    }))?;
     root.present()?;
     Ok(())
 }
@@ -105,8 +115,13 @@ mod tests {
         assert!(svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains(TITLE));
         assert!(svg.contains("dispatches per run (log scale)"));
-        // Two points: two filled circles (r = 4).
+        // Two points: two filled circles (r = 4), each labelled.
         assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
+        assert!(
+            svg.contains(">\n2560\n</text>") || svg.contains(">2560</text>"),
+            "{svg}"
+        );
+        assert!(svg.contains("12800"), "{svg}");
         let e = plot(&[]).unwrap_err().to_string();
         assert!(e.starts_with("no graph-storm figures to plot"), "{e}");
         let nan = Point {
