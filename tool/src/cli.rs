@@ -5,6 +5,9 @@
 //! `LD_LIBRARY_PATH`). Only the plan reaches the launcher, so the library's
 //! view of the configuration ([`rprof_core::config::TraceConfig::from_env`])
 //! is the single source of truth for defaults and validation.
+//!
+//! Owns the options and their mapping to variables; must not validate
+//! values (`rprof_core::config` does) nor start processes (`main.rs`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

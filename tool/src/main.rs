@@ -5,6 +5,11 @@
 //! environment variables (see `cli.rs`), starts the application as a child
 //! process, waits for it, reports the files the tool library wrote and exits
 //! with the application's status (128 + N if it died of signal N).
+//!
+//! Owns the launch (the child's environment, the report pipe, waiting) and
+//! what is printed about the outputs; must not trace (the tool library
+//! does) nor validate options by its own rules (it asks
+//! `rprof_core::config`, as the library will).
 
 mod cli;
 mod front_end;
@@ -15,7 +20,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
@@ -30,23 +35,7 @@ fn main() {
 
 fn run(cli: Cli) -> i32 {
     if let Some(CliCommand::Merge { inputs, output }) = &cli.command {
-        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-        return match merge::merge(&inputs, output) {
-            Ok(s) => {
-                eprintln!(
-                    "rprof: wrote {} ({} packets from {} files, {} sequences)",
-                    output.display(),
-                    s.packets,
-                    inputs.len(),
-                    s.sequences
-                );
-                0
-            }
-            Err(e) => {
-                eprintln!("rprof: error: merge failed: {e}");
-                1
-            }
-        };
+        return merge_files(inputs, output);
     }
     if cli.app.is_empty() {
         eprintln!("rprof: error: no application given (usage: rprof [OPTIONS] [--] APP [ARGS]...)");
@@ -55,105 +44,161 @@ fn run(cli: Cli) -> i32 {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rprof"));
     let kfd_present = Path::new("/dev/kfd").exists();
     let mut plan = LaunchPlan::from_cli(&cli.trace, kfd_present);
+    let mut env = ChildEnv::default();
+    plan.tracing = plan.tracing && config_is_valid(&plan) && env.load_tool(&plan, &exe);
+    if !plan.tracing {
+        env.remove_rprof_variables();
+    }
+    // Kept until the application has ended (a private directory is removed
+    // on drop).
+    let _emulator_dir = if plan.emulated {
+        env.use_emulator(cli.trace.device, &exe)
+    } else {
+        None
+    };
+    // The tool library reports each output file as finished or incomplete
+    // through this pipe (tool/src/report.rs); only finished files are
+    // reported as written.
+    let report = plan.tracing.then(ReportPipe::new).flatten();
+    if let Some(r) = &report {
+        env.set
+            .push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
+    }
+    let spawned = env.command(&cli.app).spawn();
+    let report = report.map(ReportPipe::close_write_end);
+    match spawned {
+        Ok(child) => wait_and_report(child, &plan, report),
+        Err(e) => cannot_run(&cli.app[0], &e),
+    }
+}
 
-    let mut child_env: Vec<(String, OsString)> = Vec::new();
-    let mut remove: Vec<String> = Vec::new();
-
-    if plan.tracing {
-        // Validate exactly as the library will, so a mistake is reported once,
-        // here, and the app runs untraced.
-        let lookup = child_env_lookup(&plan);
-        let facts = ProcessFacts {
-            pid: 0,
-            ppid: 0,
-            hostname: String::new(),
-        };
-        if let Err(e) = TraceConfig::from_source(&lookup, &facts) {
-            eprintln!("rprof: error: {e}; running the application untraced");
-            plan.tracing = false;
+/// `rprof merge`: the exit status.
+fn merge_files(inputs: &[PathBuf], output: &Path) -> i32 {
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    match merge::merge(&inputs, output) {
+        Ok(s) => {
+            eprintln!(
+                "rprof: wrote {} ({} packets from {} files, {} sequences)",
+                output.display(),
+                s.packets,
+                inputs.len(),
+                s.sequences
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("rprof: error: merge failed: {e}");
+            1
         }
     }
-    if plan.tracing {
-        match libraries::find(&exe, libraries::TOOL_LIBRARY) {
-            Ok(tool) => {
-                let mut value = tool.into_os_string();
-                if let Some(existing) = std::env::var_os("HSA_TOOLS_LIB").filter(|v| !v.is_empty())
-                {
-                    value.push(" ");
-                    value.push(existing);
-                }
-                child_env.push(("HSA_TOOLS_LIB".into(), value));
-                for (k, v) in &plan.env {
-                    child_env.push((k.clone(), v.into()));
-                }
-            }
+}
+
+/// Validates the configuration exactly as the library will, so a mistake is
+/// reported once, here, and the app runs untraced.
+fn config_is_valid(plan: &LaunchPlan) -> bool {
+    let lookup = child_env_lookup(plan);
+    let facts = ProcessFacts {
+        pid: 0,
+        ppid: 0,
+        hostname: String::new(),
+    };
+    match TraceConfig::from_source(&lookup, &facts) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("rprof: error: {e}; running the application untraced");
+            false
+        }
+    }
+}
+
+/// What the child's environment differs in from rprof's.
+#[derive(Default)]
+struct ChildEnv {
+    /// Variables to set, in order.
+    set: Vec<(String, OsString)>,
+    /// Inherited variables to remove.
+    remove: Vec<String>,
+}
+
+impl ChildEnv {
+    /// Names the tool library in `HSA_TOOLS_LIB` (ahead of the user's) and
+    /// sets the plan's variables; false (with one message) if the library
+    /// cannot be found.
+    fn load_tool(&mut self, plan: &LaunchPlan, exe: &Path) -> bool {
+        let tool = match libraries::find(exe, libraries::TOOL_LIBRARY) {
+            Ok(tool) => tool,
             Err(e) => {
                 eprintln!("rprof: error: {e}; running the application untraced");
-                plan.tracing = false;
+                return false;
             }
+        };
+        let mut value = tool.into_os_string();
+        if let Some(existing) = std::env::var_os("HSA_TOOLS_LIB").filter(|v| !v.is_empty()) {
+            value.push(" ");
+            value.push(existing);
         }
+        self.set.push(("HSA_TOOLS_LIB".into(), value));
+        for (k, v) in &plan.env {
+            self.set.push((k.clone(), v.into()));
+        }
+        true
     }
-    if !plan.tracing {
-        // A bad inherited RPROF_* value must not make the library complain a
-        // second time.
-        remove.extend(
+
+    /// Untraced: a bad inherited RPROF_* value must not make the library
+    /// complain a second time.
+    fn remove_rprof_variables(&mut self) {
+        self.remove.extend(
             std::env::vars()
                 .map(|(k, _)| k)
                 .filter(|k| k.starts_with("RPROF_") && !k.starts_with("RPROF_EMU")),
         );
     }
 
-    // Kept until the application has ended (a private directory is removed
-    // on drop).
-    let mut _emulator_dir = None;
-    if plan.emulated {
-        if cli.trace.device == Device::Auto {
+    /// Puts the emulated GPU under the child's runtime; the private
+    /// directory to keep until the child ends, if one was made.
+    fn use_emulator(&mut self, device: Device, exe: &Path) -> Option<libraries::ThunkDir> {
+        if device == Device::Auto {
             eprintln!("rprof: no /dev/kfd on this machine: using the emulated GPU (--device native to refuse)");
         }
-        match emulator_env(&exe) {
+        match emulator_env(exe) {
             Ok((name, value, dir)) => {
-                child_env.push((name.into(), value));
-                _emulator_dir = dir;
+                self.set.push((name.into(), value));
+                dir
             }
-            Err(e) => eprintln!("rprof: error: cannot set up the emulated GPU: {e}; running the application without it"),
+            Err(e) => {
+                eprintln!("rprof: error: cannot set up the emulated GPU: {e}; running the application without it");
+                None
+            }
         }
     }
 
-    // The tool library reports each output file as finished or incomplete
-    // through this pipe (tool/src/report.rs); only finished files are
-    // reported as written.
-    let report = if plan.tracing {
-        ReportPipe::new()
-    } else {
-        None
-    };
-    if let Some(r) = &report {
-        child_env.push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
-    }
-    let mut cmd = Command::new(&cli.app[0]);
-    cmd.args(&cli.app[1..]);
-    for k in &remove {
-        cmd.env_remove(k);
-    }
-    for (k, v) in &child_env {
-        cmd.env(k, v);
-    }
-    let spawned = cmd.spawn();
-    let report = report.map(ReportPipe::close_write_end);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!(
-                "rprof: error: cannot run {}: {e}",
-                cli.app[0].to_string_lossy()
-            );
-            return if e.kind() == io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
+    /// The command running `app` with this environment.
+    fn command(&self, app: &[OsString]) -> Command {
+        let mut cmd = Command::new(&app[0]);
+        cmd.args(&app[1..]);
+        for k in &self.remove {
+            cmd.env_remove(k);
         }
-    };
+        for (k, v) in &self.set {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+}
+
+/// The exit status when the application could not be started.
+fn cannot_run(app: &OsString, e: &io::Error) -> i32 {
+    eprintln!("rprof: error: cannot run {}: {e}", app.to_string_lossy());
+    if e.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+/// Waits for the application, reports the files its processes wrote, and
+/// returns its exit status (128 + N if it died of signal N).
+fn wait_and_report(mut child: Child, plan: &LaunchPlan, report: Option<ReportPipe>) -> i32 {
     // The terminal's Ctrl-C reaches the app too; rprof waits for it and
     // reports. Ignored only after the spawn, since SIG_IGN survives exec.
     ignore_interactive_signals();
@@ -163,7 +208,7 @@ fn run(cli: Cli) -> i32 {
     // it is never reported as this run's, written or incomplete. Taken right
     // after the spawn, long before the child's runtime opens anything.
     let earlier_files = if plan.tracing {
-        existing_identities(&expected_outputs(&plan, child_pid).0)
+        existing_identities(&expected_outputs(plan, child_pid).0)
     } else {
         Vec::new()
     };
@@ -176,7 +221,7 @@ fn run(cli: Cli) -> i32 {
     };
     if plan.tracing {
         let lines = report.map(|r| r.read_all()).unwrap_or_default();
-        report_outputs(&plan, child_pid, &lines, &earlier_files);
+        report_outputs(plan, child_pid, &lines, &earlier_files);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
