@@ -116,6 +116,19 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The environment the child sees: the plan's variables over rprof's
+    /// own.
+    pub fn lookup(&self) -> impl Fn(&str) -> Option<String> {
+        let overrides = self.env.clone();
+        move |k: &str| {
+            overrides
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(k).ok())
+        }
+    }
+
     /// Maps the tracing arguments to `RPROF_*` variables. `kfd_present`
     /// decides `--device auto`.
     pub fn from_cli(t: &TraceArgs, kfd_present: bool) -> LaunchPlan {
