@@ -5,9 +5,16 @@
 # scripts/rocm-env.sh (see rprof-bench --runtime); the raw-HSA and RPC workloads are built for 5.2 only,
 # so on 6.x pass e.g. --only storm,mix.
 # Run it on a quiet machine: it measures wall time side by side.
+# A short check (about a minute once built): scripts/bench.sh --only storm --launches 10 --reps 1
+# `scripts/bench.sh --help` lists rprof-bench's options (crate bench/) without building the workloads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
+for a in "$@"; do
+  if [ "$a" = --help ] || [ "$a" = -h ]; then
+    exec cargo run --quiet --release -p rprof-bench -- --help
+  fi
+done
 runtime=5.2
 if [ "${1:-}" = "--runtime" ]; then
   runtime="$2"

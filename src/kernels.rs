@@ -97,11 +97,10 @@ impl KernelTable {
             .ids_by_symbol
             .entry(symbol.to_string())
             .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
-        let demangled = demangle(symbol);
         let display_name = if self.policy.truncate {
-            base_name(&demangled)
+            base_name(symbol)
         } else {
-            demangled
+            demangle(symbol)
         };
         let keep = self.policy.keeps(&display_name);
         let entry = Arc::new(KernelEntry {
@@ -146,43 +145,89 @@ pub fn demangle(symbol: &str) -> String {
         .unwrap_or_else(|| symbol.to_string())
 }
 
-/// The base name of a demangled kernel: no return type, no parameter list,
-/// no template arguments, namespaces kept.
-/// `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
-pub fn base_name(demangled: &str) -> String {
-    // Cut the parameter list: the first '(' outside template brackets.
-    let mut depth = 0i32;
-    let mut end = demangled.len();
-    for (i, c) in demangled.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            '(' if depth == 0 && i > 0 => {
-                end = i;
-                break;
+/// The base name of a kernel symbol, read from the demangler's parse: the
+/// function's qualified name (namespaces and classes kept) without return
+/// type, parameter list or template arguments.
+/// `_ZN2ns4kernIfLi4EEEvPT_i` (`void ns::kern<float, 4>(float*, int)`) →
+/// `ns::kern`; `operator<`, `operator()`, lambdas (`{lambda(int)#1}`) and
+/// `(anonymous namespace)` stay whole, since they are single unqualified
+/// names in the parse. Names that are not Itanium-mangled (OpenCL kernels,
+/// plain C) and symbols the demangler refuses come back unchanged.
+pub fn base_name(symbol: &str) -> String {
+    if !symbol.starts_with("_Z") {
+        return symbol.to_string();
+    }
+    let Ok(sym) = cpp_demangle::Symbol::new(symbol.as_bytes()) else {
+        return symbol.to_string();
+    };
+    let options = cpp_demangle::DemangleOptions::new()
+        .no_params()
+        .no_return_type();
+    let mut name = OutsideTemplateArgs::default();
+    match sym.structured_demangle(&mut name, &options) {
+        Ok(()) if !name.name().is_empty() => name.name().to_string(),
+        _ => symbol.to_string(),
+    }
+}
+
+/// A [`cpp_demangle::DemangleWrite`] that keeps the text written outside
+/// every `<template-args>` node of the parse. The demangler writes a node's
+/// `<` just before entering it and its `>` just after leaving it: both are
+/// dropped with the node.
+#[derive(Default)]
+struct OutsideTemplateArgs {
+    /// Open nodes, innermost last.
+    nodes: Vec<cpp_demangle::DemangleNodeType>,
+    /// `<template-args>` among `nodes`.
+    in_template_args: usize,
+    /// The outermost `<template-args>` just closed: its `>` comes next.
+    closing: bool,
+    text: String,
+    /// The length of `text` when the last `<unqualified-name>` outside
+    /// template arguments ended.
+    name_end: Option<usize>,
+}
+
+impl OutsideTemplateArgs {
+    /// The name written, without what follows the function's own name.
+    fn name(&self) -> &str {
+        self.text[..self.name_end.unwrap_or(self.text.len())].trim()
+    }
+}
+
+impl cpp_demangle::DemangleWrite for OutsideTemplateArgs {
+    fn push_demangle_node(&mut self, node: cpp_demangle::DemangleNodeType) {
+        if node == cpp_demangle::DemangleNodeType::TemplateArgs {
+            if self.in_template_args == 0 && self.text.ends_with('<') {
+                self.text.pop();
+            }
+            self.in_template_args += 1;
+        }
+        self.nodes.push(node);
+    }
+
+    fn write_string(&mut self, s: &str) -> std::fmt::Result {
+        let s = match std::mem::take(&mut self.closing) {
+            true => s.strip_prefix('>').unwrap_or(s),
+            false => s,
+        };
+        if self.in_template_args == 0 {
+            self.text.push_str(s);
+        }
+        Ok(())
+    }
+
+    fn pop_demangle_node(&mut self) {
+        match self.nodes.pop() {
+            Some(cpp_demangle::DemangleNodeType::TemplateArgs) => {
+                self.in_template_args -= 1;
+                self.closing = self.in_template_args == 0;
+            }
+            Some(cpp_demangle::DemangleNodeType::UnqualifiedName) if self.in_template_args == 0 => {
+                self.name_end = Some(self.text.len());
             }
             _ => {}
         }
-    }
-    let head = &demangled[..end];
-    // Drop template arguments (keep the text outside any <...>).
-    let mut out = String::with_capacity(head.len());
-    let mut depth = 0i32;
-    for c in head.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    // Drop a return type: the last space outside templates separates it.
-    let name = out.trim();
-    let name = name.rsplit(' ').next().unwrap_or(name);
-    if name.is_empty() {
-        demangled.to_string()
-    } else {
-        name.to_string()
     }
 }
 
@@ -194,13 +239,107 @@ mod tests {
     fn demangles_and_truncates() {
         assert_eq!(demangle("_Z3addPfS_i"), "add(float*, float*, int)");
         assert_eq!(demangle("plain_kernel"), "plain_kernel");
-        assert_eq!(base_name("add(float*, float*, int)"), "add");
-        assert_eq!(
-            base_name("void ns::kern<float, 4>(float*, int)"),
-            "ns::kern"
-        );
+        // base_name reads the symbol (the demangled form in the comment).
+        // add(float*, float*, int)
+        assert_eq!(base_name("_Z3addPfS_i"), "add");
+        // void ns::kern<float, 4>(float*, int)
+        assert_eq!(base_name("_ZN2ns4kernIfLi4EEEvPT_i"), "ns::kern");
         assert_eq!(base_name("plain_kernel"), "plain_kernel");
-        assert_eq!(base_name("ns::k<(anonymous namespace)::T>(int)"), "ns::k");
+        // void ns::k<(anonymous namespace)::T>(int)
+        assert_eq!(base_name("_ZN2ns1kIN12_GLOBAL__N_11TEEEvi"), "ns::k");
+    }
+
+    /// Each case: symbol, its full demangling (checked too, so the case is
+    /// what it claims), base name.
+    fn check(cases: &[(&str, &str, &str)]) {
+        for &(symbol, demangled, base) in cases {
+            assert_eq!(demangle(symbol), demangled, "{symbol}");
+            assert_eq!(base_name(symbol), base, "{symbol}");
+        }
+    }
+
+    #[test]
+    fn base_names_of_templates() {
+        check(&[
+            ("_Z1kILb1EEvi", "void k<true>(int)", "k"),
+            // A template argument holding '>': the text heuristic gave "1".
+            ("_Z1kIXgtLi2ELi1EEEvv", "void k<((2)>(1))>()", "k"),
+            (
+                "_ZN2ns6kernelIXgtLi2ELi1EEEEvPf",
+                "void ns::kernel<((2)>(1))>(float*)",
+                "ns::kernel",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn base_names_of_operators() {
+        check(&[
+            (
+                "_ZNK2ns5inner1SltERKS1_",
+                "ns::inner::S::operator<(ns::inner::S const&) const",
+                "ns::inner::S::operator<",
+            ),
+            (
+                "_ZN2nsltERKNS_1AES2_",
+                "ns::operator<(ns::A const&, ns::A const&)",
+                "ns::operator<",
+            ),
+            ("_ZN2ns1AclEv", "ns::A::operator()()", "ns::A::operator()"),
+            (
+                "_ZNK2ns5inner1SclIfEEvT_",
+                "void ns::inner::S::operator()<float>(float) const",
+                "ns::inner::S::operator()",
+            ),
+            (
+                "_ZN2ns5inner1SlsEi",
+                "ns::inner::S::operator<<(int)",
+                "ns::inner::S::operator<<",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn base_names_of_lambdas_and_anonymous_namespaces() {
+        check(&[
+            (
+                "_Z6launchIZ4uservEUliE_EvT_",
+                "void launch<user()::{lambda(int)#1}>(user()::{lambda(int)#1})",
+                "launch",
+            ),
+            (
+                "_ZZ4uservENKUliE_clEi",
+                "user()::{lambda(int)#1}::operator()(int) const",
+                "user()::{lambda(int)#1}::operator()",
+            ),
+            (
+                "_ZN12_GLOBAL__N_111anon_kernelEi",
+                "(anonymous namespace)::anon_kernel(int)",
+                "(anonymous namespace)::anon_kernel",
+            ),
+            (
+                "_ZN2ns2k2IN12_GLOBAL__N_11TEEEvi",
+                "void ns::k2<(anonymous namespace)::T>(int)",
+                "ns::k2",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn base_names_of_nested_namespaces_and_plain_names() {
+        check(&[
+            (
+                "_ZN1a1b1c6kernelEPf",
+                "a::b::c::kernel(float*)",
+                "a::b::c::kernel",
+            ),
+            // OpenCL / C kernels are not mangled: kept as they are, even
+            // with characters a C++ parse would cut.
+            ("vector_add", "vector_add", "vector_add"),
+            ("copy<float>(x)", "copy<float>(x)", "copy<float>(x)"),
+            // A symbol the demangler refuses is kept whole.
+            ("_Z_not_mangled", "_Z_not_mangled", "_Z_not_mangled"),
+        ]);
     }
 
     #[test]

@@ -22,6 +22,8 @@
 //! * [`capi`] is the documented C API (`include/rprof_emu.h`) for tests: host kernels, device-side signal
 //!   operations, statistics.
 //! * [`sdma`] is the optional SDMA engine (`RPROF_EMU_SDMA=1`), served by the same CP thread.
+//! * [`drm`] holds the libdrm_amdgpu answers (device handles, `amdgpu_gpu_info`, marketing names, forwarding of
+//!   foreign handles) that both front-ends export thin wrappers for.
 //! * [`clock`] defines the system and GPU clocks; [`test_support`] builds the `LD_LIBRARY_PATH` directory for tests.
 //!
 //! # Safety
@@ -33,6 +35,7 @@ pub mod capi;
 pub mod clock;
 pub mod config;
 pub mod cp;
+pub mod drm;
 pub mod events;
 pub mod kernels;
 pub mod memory;

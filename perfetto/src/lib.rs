@@ -1,6 +1,7 @@
-//! Streaming writer for Perfetto `.pftrace` files.
+//! Streaming writer for Perfetto `.pftrace` files, and the merger of several.
 //!
-//! Owns the proto2 subset of the Perfetto schema and its encoding; it must
+//! Owns the proto2 subset of the Perfetto schema, its encoding and the merge
+//! of whole traces (`rprof merge`); it must
 //! not know about GPUs, HSA or rprof's records (the mapping from records to
 //! tracks lives in `rprof-core`'s Perfetto sink).
 //!
@@ -37,6 +38,12 @@
 //!   [`TraceWriter::write_instant`] and [`TraceWriter::write_counter`].
 //!   trace_processor sorts events by timestamp, so slices on *different*
 //!   tracks may be written in any order; slices on one track must nest.
+//!
+//! * [`merge`] (`rprof merge`) rewrites whole traces written elsewhere into
+//!   one: sequences renumbered, track uuids salted and flow ids mapped per
+//!   input, bundles inflated, every other byte copied. It takes its field
+//!   numbers from [`protos`] and the writer's table of the fields outside
+//!   the subset.
 //!
 //! Timestamps are `CLOCK_BOOTTIME` nanoseconds (Perfetto's default clock).
 //! Write a [`ClockReadings`] snapshot first so the trace can be aligned with
@@ -79,6 +86,7 @@ pub mod protos {
     include!("generated/perfetto.protos.rs");
 }
 
+pub mod merge;
 mod read;
 mod writer;
 

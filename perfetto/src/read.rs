@@ -8,9 +8,12 @@ use prost::Message;
 
 use crate::protos::{Trace, TracePacket};
 
-const COMPRESSED_PACKETS: u64 = 50;
-const TRACE_PACKET_DEFAULTS: u64 = 59;
-const DEFAULTS_TIMESTAMP_CLOCK_ID: u64 = 58;
+use crate::writer::field;
+
+// The fields outside the schema subset, from the writer's one table.
+const COMPRESSED_PACKETS: u64 = field::TP_COMPRESSED_PACKETS as u64;
+const TRACE_PACKET_DEFAULTS: u64 = field::TP_TRACE_PACKET_DEFAULTS as u64;
+const DEFAULTS_TIMESTAMP_CLOCK_ID: u64 = field::TPD_TIMESTAMP_CLOCK_ID as u64;
 
 fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())

@@ -993,8 +993,10 @@ impl Event<'_> {
 /// Upstream field numbers of what [`TraceWriter::write_event`] encodes by
 /// hand: the same as in `proto/perfetto_subset.proto` (which
 /// `scripts/check-perfetto-drift.sh` compares with upstream); `tests/writer.rs`
-/// decodes every kind of event with the generated prost types.
-mod field {
+/// decodes every kind of event with the generated prost types. The fields
+/// outside the subset (`compressed_packets`, the packet defaults) are named
+/// here only, and the merger ([`crate::merge`]) takes them from here too.
+pub(crate) mod field {
     pub const TP_TIMESTAMP: u32 = 8;
     pub const TP_TRUSTED_PACKET_SEQUENCE_ID: u32 = 10;
     pub const TP_TRACK_EVENT: u32 = 11;
@@ -1003,6 +1005,10 @@ mod field {
     pub const TP_COMPRESSED_PACKETS: u32 = 50;
     pub const TP_TRACE_PACKET_DEFAULTS: u32 = 59;
     pub const TPD_TIMESTAMP_CLOCK_ID: u32 = 58;
+    /// `TracePacketDefaults.track_event_defaults`.
+    pub const TPD_TRACK_EVENT_DEFAULTS: u32 = 11;
+    /// `TrackEventDefaults.track_uuid`.
+    pub const TED_TRACK_UUID: u32 = 11;
     pub const TE_DEBUG_ANNOTATIONS: u32 = 4;
     pub const TE_TYPE: u32 = 9;
     pub const TE_NAME_IID: u32 = 10;

@@ -5,6 +5,9 @@
 //! `LD_LIBRARY_PATH`). Only the plan reaches the launcher, so the library's
 //! view of the configuration ([`rprof_core::config::TraceConfig::from_env`])
 //! is the single source of truth for defaults and validation.
+//!
+//! Owns the options and their mapping to variables; must not validate
+//! values (`rprof_core::config` does) nor start processes (`main.rs`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -113,6 +116,19 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The environment the child sees: the plan's variables over rprof's
+    /// own.
+    pub fn lookup(&self) -> impl Fn(&str) -> Option<String> {
+        let overrides = self.env.clone();
+        move |k: &str| {
+            overrides
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(k).ok())
+        }
+    }
+
     /// Maps the tracing arguments to `RPROF_*` variables. `kfd_present`
     /// decides `--device auto`.
     pub fn from_cli(t: &TraceArgs, kfd_present: bool) -> LaunchPlan {

@@ -15,22 +15,26 @@
 //! How the pieces fit:
 //! - [`runtime`] checks the tables' versions and sizes and keeps copies of
 //!   the original entries ([`runtime::Runtime`]).
-//! - `session` is the FFI edge: `OnLoad` reads the configuration
-//!   (`RPROF_*`), enumerates GPU agents, opens the outputs, starts the
-//!   completion and writer threads of the core engine
-//!   (`rprof_core::engine`), and replaces `hsa_queue_create` (every queue
-//!   becomes an intercept queue with profiling on and rprof's interceptor),
-//!   `hsa_queue_destroy`, `hsa_executable_freeze` (kernel names),
-//!   `hsa_init` / `hsa_shut_down` (flush at the last shutdown). An `atexit`
-//!   handler flushes apps that exit without `hsa_shut_down`.
+//! - `session` is the FFI edge, one module per job: `OnLoad` reads the
+//!   configuration (`rprof_core::config`: every `RPROF_*` variable, tuning
+//!   knobs included, validated there), enumerates GPU agents
+//!   (`session::agents`), opens the outputs, starts the completion and
+//!   writer threads of the core engine (`session::threads`), and replaces
+//!   five HSA entries (`session::hooks`): `hsa_queue_create` (every queue
+//!   becomes an intercept queue with profiling on and rprof's interceptor,
+//!   `session::interceptor`), `hsa_queue_destroy`, `hsa_executable_freeze`
+//!   (kernel names, `session::kernel_symbols`), `hsa_init` /
+//!   `hsa_shut_down` (flush at the last shutdown, `session::flush`). Exit,
+//!   fork and SIGTERM handlers (`session::lifecycle`) flush apps that end
+//!   without `hsa_shut_down`.
 //! - [`signals`] implements the signal pool's provider with ROCr (memory
 //!   signals without driver events) and the engine's completion backend.
 //! - `outputs` opens the sinks the configuration asks for; `report` tells
 //!   the `rprof` command (pipe in `RPROF_REPORT_FD`) which output files were
 //!   finished and which are incomplete, and why.
-//! - `tuning` reads the measurement knobs strictly; [`single`] keeps a
-//!   second copy of this library in the same process inactive;
-//!   `terminate` flushes on SIGTERM / SIGINT, then ends by the signal.
+//! - [`single`] keeps a second copy of this library in the same process
+//!   inactive; `terminate` flushes on SIGTERM / SIGINT, then ends by the
+//!   signal.
 //!
 //! On any problem (bad configuration, runtime too old, no GPU, panics) rprof
 //! prints one line and the app runs untraced; every `extern "C"` entry point
@@ -46,7 +50,6 @@ mod session;
 pub mod signals;
 pub mod single;
 mod terminate;
-mod tuning;
 
 use std::ffi::c_char;
 

@@ -1,4 +1,8 @@
 //! Opens the output sinks a configuration asks for.
+//!
+//! Owns creating the files (new, never over an earlier run's) and undoing a
+//! partial creation; must not write records (the engine's writer thread
+//! does) nor read the environment (the configuration did).
 
 use std::io;
 
@@ -40,9 +44,10 @@ fn open_each(
     if config.formats.pftrace {
         // RPROF_PFTRACE_ENCODING=plain: absolute timestamps, no compression
         // (each packet readable on its own; about 6x larger).
-        let encoding = match std::env::var("RPROF_PFTRACE_ENCODING").as_deref() {
-            Ok("plain") => WriterOptions::plain(),
-            _ => WriterOptions::default(),
+        let encoding = if config.tuning.plain_pftrace {
+            WriterOptions::plain()
+        } else {
+            WriterOptions::default()
         };
         let p = path(".pftrace")?;
         sinks.push(Box::new(PerfettoSink::with_options(

@@ -8,6 +8,9 @@
 //! already names it; `dlopen` of an already loaded library returns the same
 //! object, so `OnLoad` runs in the preloaded copy.
 //!
+//! Owns that constructor and finding this library's own path; must not
+//! trace or read the configuration (`OnLoad` does).
+//!
 //! # Safety
 //! `dladdr` is given the address of a function in this library, and the
 //! constructor runs before `main`, while the process is single-threaded, so

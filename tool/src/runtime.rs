@@ -1,6 +1,10 @@
 //! The runtime's API tables as rprof sees them: checked copies of the
 //! original entries, and the installation of rprof's replacements.
 //!
+//! Owns reading the tables safely (versions, sizes, AMD v2 indices) and
+//! writing the core table; must not decide which entries are replaced nor
+//! call them (the session's hooks do).
+//!
 //! # Safety
 //! The runtime hands `OnLoad` raw pointers to its tables. They are read here
 //! only up to the size each table reports (`version.minor_id`), so a runtime
@@ -271,6 +275,13 @@ impl Runtime {
             unsafe { amd_from_v2(root.amd_ext_, amd_version) }
         };
         let rt = Runtime { core, amd };
+        rt.check_entries()?;
+        Ok(rt)
+    }
+
+    /// Fails, naming them, if entries rprof calls or replaces are missing.
+    fn check_entries(&self) -> Result<(), Unsupported> {
+        let rt = self;
         let mut missing = Vec::new();
         require!(
             missing,
@@ -303,7 +314,7 @@ impl Runtime {
                 missing.join(", ")
             )));
         }
-        Ok(rt)
+        Ok(())
     }
 }
 

@@ -9,6 +9,9 @@
 //! that signal, with a finished trace. An app that installs a handler later
 //! replaces rprof's, and the signal is the app's business.
 //!
+//! Owns the handlers, the pipe and the signal thread; must not know what a
+//! flush does (the session passes it in).
+//!
 //! # Safety
 //! `sigaction`, `pipe2`, `write`, `read`, `raise` at the FFI edge; the
 //! handler touches nothing but an atomic and `write(2)`.

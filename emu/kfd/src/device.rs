@@ -327,6 +327,42 @@ fn log(emu: &Emulator, what: std::fmt::Arguments<'_>) {
     }
 }
 
+/// An ioctl's outcome: its return value, or the errno it fails with.
+type Reply = Result<c_int, c_int>;
+
+/// One ioctl on the kfd fd: its number and its argument, read and written as the request's struct once its size
+/// is checked against `_IOC_SIZE`.
+struct Request {
+    emu: &'static Emulator,
+    /// The whole request word (for messages).
+    request: c_ulong,
+    arg: *mut c_void,
+    /// `_IOC_SIZE` of the request: the bytes at `arg`.
+    size: usize,
+}
+
+impl Request {
+    /// The request's struct; EINVAL if the caller's is smaller.
+    fn args<T: Copy>(&self) -> Result<T, c_int> {
+        if self.size < std::mem::size_of::<T>() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `arg` has `size` bytes ([`ioctl`]'s contract, under which every `Request` is made), at least
+        // the struct's size (checked).
+        Ok(unsafe { get::<T>(self.arg) })
+    }
+
+    /// Writes the request's struct back; the ioctl returns 0.
+    fn reply<T: Copy>(&self, v: T) -> Reply {
+        if self.size < std::mem::size_of::<T>() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: as in `args` (writable: the caller's contract with the kernel).
+        unsafe { put(self.arg, v) };
+        Ok(0)
+    }
+}
+
 /// Answers an ioctl on one of our fds. Returns the ioctl result (-1 with errno set on failure).
 ///
 /// # Safety
@@ -351,295 +387,325 @@ pub unsafe fn ioctl(
     if arg.is_null() && size > 0 {
         return real::fail(libc::EFAULT);
     }
-    macro_rules! args {
-        ($t:ty) => {{
-            if size < std::mem::size_of::<$t>() {
-                return real::fail(libc::EINVAL);
-            }
-            // SAFETY: `arg` has `size` bytes (caller's contract), at least the struct's size (checked).
-            unsafe { get::<$t>(arg) }
-        }};
-    }
-    macro_rules! reply {
-        ($v:expr) => {{
-            // SAFETY: as in `args!` (the size was checked when the struct was read).
-            unsafe { put(arg, $v) };
-            0
-        }};
-    }
-    match number {
-        nr::GET_VERSION => {
-            let _ = args!(GetVersion);
-            let (major, minor) = emu.config.kfd_version;
-            reply!(GetVersion { major, minor })
-        }
-        nr::GET_PROCESS_APERTURES_NEW => {
-            let mut a = args!(AperturesNew);
-            let gpus: Vec<u32> = emu.topology.gpu_nodes().map(|(n, _)| n).collect();
-            if a.ptr == 0 || (a.num_of_nodes as usize) < gpus.len() {
-                return real::fail(libc::EINVAL);
-            }
-            for (i, node) in gpus.iter().enumerate() {
-                let ap = Apertures {
-                    lds_base: LDS_BASE,
-                    lds_limit: LDS_BASE | 0xFFFF_FFFF,
-                    scratch_base: SCRATCH_BASE,
-                    scratch_limit: SCRATCH_BASE | 0xFFFF_FFFF,
-                    gpuvm_base: GPUVM_BASE,
-                    gpuvm_limit: GPUVM_LIMIT,
-                    gpu_id: gpu_id(*node),
-                    pad: 0,
-                };
-                // SAFETY: the caller's array has `num_of_nodes` entries (checked >= the GPU count).
-                unsafe { std::ptr::write_unaligned((a.ptr as *mut Apertures).add(i), ap) };
-            }
-            a.num_of_nodes = gpus.len() as u32;
-            reply!(a)
-        }
-        nr::ACQUIRE_VM => {
-            let a = args!(AcquireVm);
-            let Some(node) = node_of_gpu_id(emu, a.gpu_id) else {
-                return real::fail(libc::EINVAL);
-            };
-            if crate::fds::kind(a.drm_fd as c_int) != Some(FdKind::Render(node)) {
-                log(
-                    emu,
-                    format_args!(
-                        "ACQUIRE_VM with fd {} that is not node {node}'s render fd",
-                        a.drm_fd
-                    ),
-                );
-                return real::fail(libc::EINVAL);
-            }
-            state().acquired.insert(node, a.drm_fd as c_int);
-            0
-        }
+    let r = Request {
+        emu,
+        request,
+        arg,
+        size,
+    };
+    let handler: fn(&Request) -> Reply = match number {
+        nr::GET_VERSION => get_version,
+        nr::GET_PROCESS_APERTURES_NEW => get_process_apertures,
+        nr::ACQUIRE_VM => acquire_vm,
         nr::SET_MEMORY_POLICY
         | nr::SET_SCRATCH_BACKING_VA
         | nr::SET_TRAP_HANDLER
-        | nr::SET_CU_MASK => 0,
-        nr::GET_CLOCK_COUNTERS => {
-            let mut c = args!(ClockCounters);
-            let sys = clock::now_ns();
-            c.gpu = if node_of_gpu_id(emu, c.gpu_id).is_some() {
-                clock::gpu_ticks_at(sys)
-            } else {
-                0
-            };
-            c.cpu = clock::cpu_ns();
-            c.system = sys;
-            c.system_freq = clock::SYSTEM_CLOCK_HZ;
-            reply!(c)
-        }
-        nr::GET_TILE_CONFIG => {
-            let mut t = args!(TileConfig);
-            if node_of_gpu_id(emu, t.gpu_id).is_none() {
-                return real::fail(libc::EINVAL);
-            }
-            // SAFETY: the caller's arrays hold the advertised number of u32 entries.
-            unsafe {
-                if t.tile_config_ptr != 0 {
-                    std::ptr::write_bytes(
-                        t.tile_config_ptr as *mut u32,
-                        0,
-                        t.num_tile_configs as usize,
-                    );
-                }
-                if t.macro_tile_config_ptr != 0 {
-                    std::ptr::write_bytes(
-                        t.macro_tile_config_ptr as *mut u32,
-                        0,
-                        t.num_macro_tile_configs as usize,
-                    );
-                }
-            }
-            t.gb_addr_config = rprof_emu::topology::GB_ADDR_CONFIG;
-            t.num_banks = 16;
-            t.num_ranks = 1;
-            reply!(t)
-        }
-        nr::SET_XNACK_MODE => {
-            let v: i32 = args!(i32);
-            match v {
-                v if v < 0 => reply!(0i32),
-                0 => 0,
-                _ => real::fail(libc::EPERM),
-            }
-        }
-        nr::AVAILABLE_MEMORY => {
-            let mut a = args!(AvailableMemory);
-            let Some(node) = node_of_gpu_id(emu, a.gpu_id) else {
-                return real::fail(libc::EINVAL);
-            };
-            let used = state().vram_used.get(&node).copied().unwrap_or(0);
-            a.available = vram_bytes(emu, node).saturating_sub(used);
-            reply!(a)
-        }
-        nr::RUNTIME_ENABLE => {
-            let mut r = args!(RuntimeEnable);
-            r.capabilities_mask = 0;
-            reply!(r)
-        }
-        nr::ALLOC_MEMORY_OF_GPU => {
-            let mut a = args!(AllocMemory);
-            match alloc(emu, &mut a) {
-                Ok(()) => reply!(a),
-                Err(e) => real::fail(e),
-            }
-        }
-        nr::FREE_MEMORY_OF_GPU => {
-            let handle: u64 = args!(u64);
-            free(emu, handle)
-        }
-        nr::MAP_MEMORY_TO_GPU | nr::UNMAP_MEMORY_FROM_GPU => {
-            let mut m = args!(MapMemory);
-            if !state().bos.contains_key(&m.handle) {
-                return real::fail(libc::EINVAL);
-            }
-            for i in m.n_success..m.n_devices {
-                // SAFETY: the caller's device-id array has `n_devices` entries.
-                let id = unsafe {
-                    std::ptr::read_unaligned((m.device_ids_array_ptr as *const u32).add(i as usize))
-                };
-                if node_of_gpu_id(emu, id).is_none() {
-                    return real::fail(libc::EINVAL);
-                }
-            }
-            m.n_success = m.n_devices;
-            reply!(m)
-        }
-        nr::CREATE_QUEUE => {
-            // ROCr 6.x sends 96 bytes; older thunks 88 (no `sdma_engine_id`), newer headers append fields we do
-            // not read. Copy what the caller has, up to our struct.
-            const OLDEST: usize = std::mem::offset_of!(CreateQueue, sdma_engine_id);
-            if size < OLDEST {
-                return real::fail(libc::EINVAL);
-            }
-            let n = size.min(std::mem::size_of::<CreateQueue>());
-            let mut bytes = [0u8; std::mem::size_of::<CreateQueue>()];
-            // SAFETY: `arg` has `size >= n` readable bytes (caller's contract).
-            unsafe { std::ptr::copy_nonoverlapping(arg as *const u8, bytes.as_mut_ptr(), n) };
-            // SAFETY: CreateQueue is plain integers; every byte pattern is valid.
-            let mut q: CreateQueue =
-                unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const CreateQueue) };
-            match create_queue(emu, &mut q) {
-                Ok(()) => {
-                    // SAFETY: writes back the same `n <= size` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            &q as *const CreateQueue as *const u8,
-                            arg as *mut u8,
-                            n,
-                        )
-                    };
-                    0
-                }
-                Err(e) => real::fail(e),
-            }
-        }
-        nr::DESTROY_QUEUE => {
-            let a = args!(IdArgs);
-            if emu.cp.destroy_queue(u64::from(a.id)) {
-                0
-            } else {
-                real::fail(libc::EINVAL)
-            }
-        }
-        nr::UPDATE_QUEUE => {
-            let u = args!(UpdateQueue);
-            if u.queue_percentage > 100 {
-                return real::fail(libc::EINVAL);
-            }
-            if emu
-                .cp
-                .update_queue(u64::from(u.queue_id), u.queue_percentage)
-            {
-                0
-            } else {
-                real::fail(libc::EINVAL)
-            }
-        }
-        nr::CREATE_EVENT => {
-            let mut c = args!(CreateEvent);
-            match create_event(emu, &mut c) {
-                Ok(()) => reply!(c),
-                Err(e) => real::fail(e),
-            }
-        }
-        nr::DESTROY_EVENT => {
-            let a = args!(IdArgs);
-            event_result(emu.events.destroy(a.id))
-        }
-        nr::SET_EVENT => {
-            let a = args!(IdArgs);
-            event_result(emu.events.fire(a.id))
-        }
-        nr::RESET_EVENT => {
-            let a = args!(IdArgs);
-            event_result(emu.events.reset(a.id))
-        }
-        nr::WAIT_EVENTS => {
-            let mut w = args!(WaitEvents);
-            let n = w.num_events as usize;
-            let events = w.events_ptr as *mut EventData;
-            let mut ids = Vec::with_capacity(n);
-            let mut ages = Vec::with_capacity(n);
-            let aged = emu.config.kfd_version.1 >= 14;
-            for i in 0..n {
-                // SAFETY: the caller's array has `num_events` entries.
-                let d: EventData = unsafe { std::ptr::read_unaligned(events.add(i)) };
-                ids.push(d.event_id);
-                // Signal events carry `last_event_age` first in the union (KFD >= 1.14); others carry no age.
-                ages.push(if aged && d.event_id < EVENT_SLOTS {
-                    d.payload[0]
-                } else {
-                    0
-                });
-            }
-            let timeout = match w.timeout {
-                u32::MAX => u32::MAX,
-                t => t.min(0x7FFF_FFFF),
-            };
-            let r = emu
-                .events
-                .wait_aged(&ids, &mut ages, w.wait_for_all != 0, timeout);
-            if r.is_ok() && aged {
-                for (i, age) in ages.iter().enumerate() {
-                    if ids[i] < EVENT_SLOTS && *age != 0 {
-                        // SAFETY: as above; the age is the first u64 of entry `i`.
-                        unsafe { std::ptr::write_unaligned(events.add(i) as *mut u64, *age) };
-                    }
-                }
-            }
-            w.wait_result = match r {
-                Ok(()) => 0,
-                Err(EventError::Timeout) => 1,
-                Err(_) => 2,
-            };
-            // SAFETY: as in `args!`.
-            unsafe { put(arg, w) };
-            if matches!(r, Err(EventError::UnknownEvent)) {
-                real::fail(libc::EINVAL)
-            } else {
-                0
-            }
-        }
-        nr::ALLOC_QUEUE_GWS => real::fail(libc::ENODEV),
-        other => {
-            log(
-                emu,
-                format_args!("unsupported KFD ioctl nr {other:#x} (request {request:#x})"),
+        | nr::SET_CU_MASK => accept,
+        nr::GET_CLOCK_COUNTERS => get_clock_counters,
+        nr::GET_TILE_CONFIG => get_tile_config,
+        nr::SET_XNACK_MODE => set_xnack_mode,
+        nr::AVAILABLE_MEMORY => available_memory,
+        nr::RUNTIME_ENABLE => runtime_enable,
+        nr::ALLOC_MEMORY_OF_GPU => alloc_memory,
+        nr::FREE_MEMORY_OF_GPU => free_memory,
+        nr::MAP_MEMORY_TO_GPU | nr::UNMAP_MEMORY_FROM_GPU => map_memory,
+        nr::CREATE_QUEUE => create_queue,
+        nr::DESTROY_QUEUE => destroy_queue,
+        nr::UPDATE_QUEUE => update_queue,
+        nr::CREATE_EVENT => create_event,
+        nr::DESTROY_EVENT => destroy_event,
+        nr::SET_EVENT => set_event,
+        nr::RESET_EVENT => reset_event,
+        nr::WAIT_EVENTS => wait_events,
+        nr::ALLOC_QUEUE_GWS => no_gws,
+        _ => unsupported,
+    };
+    handler(&r).unwrap_or_else(real::fail)
+}
+
+/// Requests the emulator takes and ignores (memory policy, scratch backing, trap handler, CU mask).
+fn accept(_: &Request) -> Reply {
+    Ok(0)
+}
+
+/// No global wave sync: ROCr does without.
+fn no_gws(_: &Request) -> Reply {
+    Err(libc::ENODEV)
+}
+
+fn unsupported(r: &Request) -> Reply {
+    log(
+        r.emu,
+        format_args!(
+            "unsupported KFD ioctl nr {:#x} (request {:#x})",
+            r.request & 0xff,
+            r.request
+        ),
+    );
+    Err(libc::EINVAL)
+}
+
+fn get_version(r: &Request) -> Reply {
+    let _ = r.args::<GetVersion>()?;
+    let (major, minor) = r.emu.config.kfd_version;
+    r.reply(GetVersion { major, minor })
+}
+
+fn get_process_apertures(r: &Request) -> Reply {
+    let mut a = r.args::<AperturesNew>()?;
+    let gpus: Vec<u32> = r.emu.topology.gpu_nodes().map(|(n, _)| n).collect();
+    if a.ptr == 0 || (a.num_of_nodes as usize) < gpus.len() {
+        return Err(libc::EINVAL);
+    }
+    for (i, node) in gpus.iter().enumerate() {
+        let ap = Apertures {
+            lds_base: LDS_BASE,
+            lds_limit: LDS_BASE | 0xFFFF_FFFF,
+            scratch_base: SCRATCH_BASE,
+            scratch_limit: SCRATCH_BASE | 0xFFFF_FFFF,
+            gpuvm_base: GPUVM_BASE,
+            gpuvm_limit: GPUVM_LIMIT,
+            gpu_id: gpu_id(*node),
+            pad: 0,
+        };
+        // SAFETY: the caller's array has `num_of_nodes` entries (checked >= the GPU count).
+        unsafe { std::ptr::write_unaligned((a.ptr as *mut Apertures).add(i), ap) };
+    }
+    a.num_of_nodes = gpus.len() as u32;
+    r.reply(a)
+}
+
+fn acquire_vm(r: &Request) -> Reply {
+    let a = r.args::<AcquireVm>()?;
+    let node = node_of_gpu_id(r.emu, a.gpu_id).ok_or(libc::EINVAL)?;
+    if crate::fds::kind(a.drm_fd as c_int) != Some(FdKind::Render(node)) {
+        log(
+            r.emu,
+            format_args!(
+                "ACQUIRE_VM with fd {} that is not node {node}'s render fd",
+                a.drm_fd
+            ),
+        );
+        return Err(libc::EINVAL);
+    }
+    state().acquired.insert(node, a.drm_fd as c_int);
+    Ok(0)
+}
+
+fn get_clock_counters(r: &Request) -> Reply {
+    let mut c = r.args::<ClockCounters>()?;
+    let sys = clock::now_ns();
+    c.gpu = if node_of_gpu_id(r.emu, c.gpu_id).is_some() {
+        clock::gpu_ticks_at(sys)
+    } else {
+        0
+    };
+    c.cpu = clock::cpu_ns();
+    c.system = sys;
+    c.system_freq = clock::SYSTEM_CLOCK_HZ;
+    r.reply(c)
+}
+
+fn get_tile_config(r: &Request) -> Reply {
+    let mut t = r.args::<TileConfig>()?;
+    if node_of_gpu_id(r.emu, t.gpu_id).is_none() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's arrays hold the advertised number of u32 entries.
+    unsafe {
+        if t.tile_config_ptr != 0 {
+            std::ptr::write_bytes(
+                t.tile_config_ptr as *mut u32,
+                0,
+                t.num_tile_configs as usize,
             );
-            real::fail(libc::EINVAL)
         }
+        if t.macro_tile_config_ptr != 0 {
+            std::ptr::write_bytes(
+                t.macro_tile_config_ptr as *mut u32,
+                0,
+                t.num_macro_tile_configs as usize,
+            );
+        }
+    }
+    t.gb_addr_config = rprof_emu::topology::GB_ADDR_CONFIG;
+    t.num_banks = 16;
+    t.num_ranks = 1;
+    r.reply(t)
+}
+
+/// XNACK off only: a query (negative) answers 0, turning it on is refused.
+fn set_xnack_mode(r: &Request) -> Reply {
+    match r.args::<i32>()? {
+        v if v < 0 => r.reply(0i32),
+        0 => Ok(0),
+        _ => Err(libc::EPERM),
     }
 }
 
-fn event_result(r: Result<(), EventError>) -> c_int {
-    match r {
+fn available_memory(r: &Request) -> Reply {
+    let mut a = r.args::<AvailableMemory>()?;
+    let node = node_of_gpu_id(r.emu, a.gpu_id).ok_or(libc::EINVAL)?;
+    let used = state().vram_used.get(&node).copied().unwrap_or(0);
+    a.available = vram_bytes(r.emu, node).saturating_sub(used);
+    r.reply(a)
+}
+
+fn runtime_enable(r: &Request) -> Reply {
+    let mut e = r.args::<RuntimeEnable>()?;
+    e.capabilities_mask = 0;
+    r.reply(e)
+}
+
+fn alloc_memory(r: &Request) -> Reply {
+    let mut a = r.args::<AllocMemory>()?;
+    alloc(r.emu, &mut a)?;
+    r.reply(a)
+}
+
+fn free_memory(r: &Request) -> Reply {
+    let handle = r.args::<u64>()?;
+    free(r.emu, handle)?;
+    Ok(0)
+}
+
+/// Map and unmap: every device in the caller's list must be ours; nothing else to do (the BO's pages are
+/// already where the command processor reads them).
+fn map_memory(r: &Request) -> Reply {
+    let mut m = r.args::<MapMemory>()?;
+    if !state().bos.contains_key(&m.handle) {
+        return Err(libc::EINVAL);
+    }
+    for i in m.n_success..m.n_devices {
+        // SAFETY: the caller's device-id array has `n_devices` entries.
+        let id = unsafe {
+            std::ptr::read_unaligned((m.device_ids_array_ptr as *const u32).add(i as usize))
+        };
+        if node_of_gpu_id(r.emu, id).is_none() {
+            return Err(libc::EINVAL);
+        }
+    }
+    m.n_success = m.n_devices;
+    r.reply(m)
+}
+
+fn create_queue(r: &Request) -> Reply {
+    // ROCr 6.x sends 96 bytes; older thunks 88 (no `sdma_engine_id`), newer headers append fields we do not read.
+    // Copy what the caller has, up to our struct.
+    const OLDEST: usize = std::mem::offset_of!(CreateQueue, sdma_engine_id);
+    if r.size < OLDEST {
+        return Err(libc::EINVAL);
+    }
+    let n = r.size.min(std::mem::size_of::<CreateQueue>());
+    let mut bytes = [0u8; std::mem::size_of::<CreateQueue>()];
+    // SAFETY: `arg` has `size >= n` readable bytes (the caller's contract).
+    unsafe { std::ptr::copy_nonoverlapping(r.arg as *const u8, bytes.as_mut_ptr(), n) };
+    // SAFETY: CreateQueue is plain integers; every byte pattern is valid.
+    let mut q: CreateQueue =
+        unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const CreateQueue) };
+    new_queue(r.emu, &mut q)?;
+    // SAFETY: writes back the same `n <= size` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(&q as *const CreateQueue as *const u8, r.arg as *mut u8, n)
+    };
+    Ok(0)
+}
+
+fn destroy_queue(r: &Request) -> Reply {
+    let a = r.args::<IdArgs>()?;
+    match r.emu.cp.destroy_queue(u64::from(a.id)) {
+        true => Ok(0),
+        false => Err(libc::EINVAL),
+    }
+}
+
+fn update_queue(r: &Request) -> Reply {
+    let u = r.args::<UpdateQueue>()?;
+    if u.queue_percentage > 100 {
+        return Err(libc::EINVAL);
+    }
+    match r
+        .emu
+        .cp
+        .update_queue(u64::from(u.queue_id), u.queue_percentage)
+    {
+        true => Ok(0),
+        false => Err(libc::EINVAL),
+    }
+}
+
+fn create_event(r: &Request) -> Reply {
+    let mut c = r.args::<CreateEvent>()?;
+    new_event(r.emu, &mut c)?;
+    r.reply(c)
+}
+
+fn destroy_event(r: &Request) -> Reply {
+    let a = r.args::<IdArgs>()?;
+    event_result(r.emu.events.destroy(a.id))
+}
+
+fn set_event(r: &Request) -> Reply {
+    let a = r.args::<IdArgs>()?;
+    event_result(r.emu.events.fire(a.id))
+}
+
+fn reset_event(r: &Request) -> Reply {
+    let a = r.args::<IdArgs>()?;
+    event_result(r.emu.events.reset(a.id))
+}
+
+fn wait_events(r: &Request) -> Reply {
+    let mut w = r.args::<WaitEvents>()?;
+    let n = w.num_events as usize;
+    let events = w.events_ptr as *mut EventData;
+    let mut ids = Vec::with_capacity(n);
+    let mut ages = Vec::with_capacity(n);
+    let aged = r.emu.config.kfd_version.1 >= 14;
+    for i in 0..n {
+        // SAFETY: the caller's array has `num_events` entries.
+        let d: EventData = unsafe { std::ptr::read_unaligned(events.add(i)) };
+        ids.push(d.event_id);
+        // Signal events carry `last_event_age` first in the union (KFD >= 1.14); others carry no age.
+        ages.push(if aged && d.event_id < EVENT_SLOTS {
+            d.payload[0]
+        } else {
+            0
+        });
+    }
+    let timeout = match w.timeout {
+        u32::MAX => u32::MAX,
+        t => t.min(0x7FFF_FFFF),
+    };
+    let result = r
+        .emu
+        .events
+        .wait_aged(&ids, &mut ages, w.wait_for_all != 0, timeout);
+    if result.is_ok() && aged {
+        for (i, age) in ages.iter().enumerate() {
+            if ids[i] < EVENT_SLOTS && *age != 0 {
+                // SAFETY: as above; the age is the first u64 of entry `i`.
+                unsafe { std::ptr::write_unaligned(events.add(i) as *mut u64, *age) };
+            }
+        }
+    }
+    w.wait_result = match result {
         Ok(()) => 0,
-        Err(EventError::OutOfResources) => real::fail(libc::ENOSPC),
-        Err(_) => real::fail(libc::EINVAL),
+        Err(EventError::Timeout) => 1,
+        Err(_) => 2,
+    };
+    r.reply(w)?;
+    match result {
+        Err(EventError::UnknownEvent) => Err(libc::EINVAL),
+        _ => Ok(0),
+    }
+}
+
+fn event_result(r: Result<(), EventError>) -> Reply {
+    match r {
+        Ok(()) => Ok(0),
+        Err(EventError::OutOfResources) => Err(libc::ENOSPC),
+        Err(_) => Err(libc::EINVAL),
     }
 }
 
@@ -739,11 +805,9 @@ fn alloc(emu: &Emulator, a: &mut AllocMemory) -> Result<(), c_int> {
     Ok(())
 }
 
-fn free(emu: &Emulator, handle: u64) -> c_int {
+fn free(emu: &Emulator, handle: u64) -> Result<(), c_int> {
     let mut st = state();
-    let Some(bo) = st.bos.remove(&handle) else {
-        return real::fail(libc::EINVAL);
-    };
+    let bo = st.bos.remove(&handle).ok_or(libc::EINVAL)?;
     if matches!(bo.kind, BoKind::Vram | BoKind::Gtt) {
         st.by_offset.remove(&bo.mmap_offset);
     }
@@ -765,10 +829,10 @@ fn free(emu: &Emulator, handle: u64) -> c_int {
     if bo.alias {
         emu.memory.unalias(bo.va as usize);
     }
-    0
+    Ok(())
 }
 
-fn create_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int> {
+fn new_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int> {
     let node = node_of_gpu_id(emu, q.gpu_id).ok_or(libc::EINVAL)?;
     if q.queue_percentage > 100 || q.queue_priority > 15 {
         return Err(libc::EINVAL);
@@ -824,7 +888,7 @@ fn create_queue(emu: &'static Emulator, q: &mut CreateQueue) -> Result<(), c_int
     Ok(())
 }
 
-fn create_event(emu: &Emulator, c: &mut CreateEvent) -> Result<(), c_int> {
+fn new_event(emu: &Emulator, c: &mut CreateEvent) -> Result<(), c_int> {
     const SIGNAL: u32 = 0;
     const DEBUG: u32 = 5;
     let signal = c.event_type == SIGNAL || c.event_type == DEBUG;
@@ -865,6 +929,20 @@ fn create_event(emu: &Emulator, c: &mut CreateEvent) -> Result<(), c_int> {
     Ok(())
 }
 
+/// One `mmap` of one of our fds.
+struct MapRequest {
+    emu: &'static Emulator,
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    /// `MAP_FIXED` if asked, else 0.
+    fixed: c_int,
+    off: u64,
+}
+
+/// A mapping, or the errno of a refused one (a failed real `mmap` is `Ok(MAP_FAILED)`, errno already set).
+type Mapped = Result<*mut c_void, c_int>;
+
 /// Answers `mmap` on one of our fds.
 ///
 /// # Safety
@@ -878,109 +956,142 @@ pub unsafe fn mmap(
     flags: c_int,
     offset: off_t,
 ) -> *mut c_void {
-    let off = offset as u64;
-    let fixed = flags & libc::MAP_FIXED;
-    let anon = |exec: bool| {
-        let p = libc::PROT_READ | libc::PROT_WRITE | if exec { libc::PROT_EXEC } else { 0 };
-        // SAFETY: an anonymous mapping at the caller's address (its range, per the contract) or a fresh one.
-        unsafe {
-            real::mmap(
-                addr,
-                len,
-                p,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
-                -1,
-                0,
-            )
+    let m = MapRequest {
+        emu,
+        addr,
+        len,
+        prot,
+        fixed: flags & libc::MAP_FIXED,
+        off: offset as u64,
+    };
+    // SAFETY: every arm passes on the caller's contract (it owns the range at `addr`).
+    let mapped = unsafe {
+        match kind {
+            FdKind::Render(_) => map_bo(&m),
+            FdKind::Kfd => match m.off >> MMAP_TYPE_SHIFT {
+                MMAP_TYPE_DOORBELL => map_doorbells(&m),
+                MMAP_TYPE_EVENTS => map_event_page(&m),
+                MMAP_TYPE_MMIO if m.off & !MMAP_GPU_ID_MASK == 0 => Ok(map_anonymous(&m, false)),
+                _ => {
+                    log(emu, format_args!("mmap of unknown kfd offset {:#x}", m.off));
+                    Err(libc::EINVAL)
+                }
+            },
         }
     };
-    let fail = |e| {
+    mapped.unwrap_or_else(|e| {
         real::fail(e);
         libc::MAP_FAILED
-    };
-    match kind {
-        FdKind::Render(_) => {
-            let mut st = state();
-            let Some(&handle) = st.by_offset.get(&off) else {
-                log(emu, format_args!("mmap of unknown render offset {off:#x}"));
-                return fail(libc::EINVAL);
-            };
-            let bo = st.bos.get(&handle).expect("by_offset points at a live BO");
-            if fixed != 0 && bo.tracked == Some(addr as usize) && len as u64 <= bo.size {
-                // Already backed at this address since ALLOC: keep the pages.
-                return addr;
-            }
-            let p = anon(prot & libc::PROT_EXEC != 0);
-            if p == libc::MAP_FAILED {
-                return p;
-            }
-            let bo = st
-                .bos
-                .get_mut(&handle)
-                .expect("by_offset points at a live BO");
-            if let Some(old) = bo.tracked.take() {
-                emu.memory.deregister(old);
-            }
-            if emu.memory.register(p as usize, len, 0) {
-                bo.tracked = Some(p as usize);
-            }
-            p
-        }
-        FdKind::Kfd => match off >> MMAP_TYPE_SHIFT {
-            MMAP_TYPE_DOORBELL => {
-                let (fd, size) = emu.cp.doorbell_memfd();
-                if fd < 0 || len > size {
-                    return fail(libc::EINVAL);
-                }
-                // SAFETY: maps our doorbell memfd shared at the caller's address (its range, per the contract).
-                unsafe {
-                    real::mmap(
-                        addr,
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED | fixed,
-                        fd,
-                        0,
-                    )
-                }
-            }
-            MMAP_TYPE_EVENTS => {
-                let mut st = state();
-                if st.event_memfd < 0 {
-                    match real::memfd(c"rprof-emu-kfd-events", EVENT_PAGE_BYTES as u64) {
-                        Some(fd) => st.event_memfd = fd,
-                        None => return fail(libc::ENOMEM),
-                    }
-                }
-                if len > EVENT_PAGE_BYTES {
-                    return fail(libc::EINVAL);
-                }
-                // SAFETY: maps our event memfd shared at the caller's (or a fresh) address.
-                let p = unsafe {
-                    real::mmap(
-                        addr,
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED | fixed,
-                        st.event_memfd,
-                        0,
-                    )
-                };
-                if p != libc::MAP_FAILED {
-                    // SAFETY: the fresh shared mapping has `len` writable bytes.
-                    unsafe { std::ptr::write_bytes(p as *mut u8, 0xFF, len) };
-                    emu.memory.register(p as usize, len, 0);
-                    st.event_page = Some((p as usize, len));
-                }
-                p
-            }
-            MMAP_TYPE_MMIO if off & !MMAP_GPU_ID_MASK == 0 => anon(false),
-            _ => {
-                log(emu, format_args!("mmap of unknown kfd offset {off:#x}"));
-                fail(libc::EINVAL)
-            }
-        },
+    })
+}
+
+/// Fresh read-write anonymous memory at the caller's address (or anywhere).
+///
+/// # Safety
+/// As [`mmap`].
+unsafe fn map_anonymous(m: &MapRequest, exec: bool) -> *mut c_void {
+    let p = libc::PROT_READ | libc::PROT_WRITE | if exec { libc::PROT_EXEC } else { 0 };
+    // SAFETY: an anonymous mapping at the caller's address (its range, per the contract) or a fresh one.
+    unsafe {
+        real::mmap(
+            m.addr,
+            m.len,
+            p,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | m.fixed,
+            -1,
+            0,
+        )
     }
+}
+
+/// A VRAM or GTT BO through the render fd, at the offset ALLOC gave it: the pages backed at ALLOC if the thunk
+/// maps the same place, else fresh memory, tracked in the core either way.
+///
+/// # Safety
+/// As [`mmap`].
+unsafe fn map_bo(m: &MapRequest) -> Mapped {
+    let mut st = state();
+    let Some(&handle) = st.by_offset.get(&m.off) else {
+        log(
+            m.emu,
+            format_args!("mmap of unknown render offset {:#x}", m.off),
+        );
+        return Err(libc::EINVAL);
+    };
+    let bo = st.bos.get(&handle).ok_or(libc::EINVAL)?;
+    if m.fixed != 0 && bo.tracked == Some(m.addr as usize) && m.len as u64 <= bo.size {
+        // Already backed at this address since ALLOC: keep the pages.
+        return Ok(m.addr);
+    }
+    // SAFETY: the caller's contract.
+    let p = unsafe { map_anonymous(m, m.prot & libc::PROT_EXEC != 0) };
+    if p == libc::MAP_FAILED {
+        return Ok(p);
+    }
+    let bo = st.bos.get_mut(&handle).ok_or(libc::EINVAL)?;
+    if let Some(old) = bo.tracked.take() {
+        m.emu.memory.deregister(old);
+    }
+    if m.emu.memory.register(p as usize, m.len, 0) {
+        bo.tracked = Some(p as usize);
+    }
+    Ok(p)
+}
+
+/// The core's doorbell page (memfd-backed, shared), where the command processor polls.
+///
+/// # Safety
+/// As [`mmap`].
+unsafe fn map_doorbells(m: &MapRequest) -> Mapped {
+    let (fd, size) = m.emu.cp.doorbell_memfd();
+    if fd < 0 || m.len > size {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: maps our doorbell memfd shared at the caller's address (its range, per the contract).
+    Ok(unsafe {
+        real::mmap(
+            m.addr,
+            m.len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | m.fixed,
+            fd,
+            0,
+        )
+    })
+}
+
+/// The APU event page KFD allocates: a memfd filled with 0xFF, tracked so the command processor can write
+/// event ids into its slots.
+///
+/// # Safety
+/// As [`mmap`].
+unsafe fn map_event_page(m: &MapRequest) -> Mapped {
+    let mut st = state();
+    if st.event_memfd < 0 {
+        st.event_memfd =
+            real::memfd(c"rprof-emu-kfd-events", EVENT_PAGE_BYTES as u64).ok_or(libc::ENOMEM)?;
+    }
+    if m.len > EVENT_PAGE_BYTES {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: maps our event memfd shared at the caller's (or a fresh) address.
+    let p = unsafe {
+        real::mmap(
+            m.addr,
+            m.len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | m.fixed,
+            st.event_memfd,
+            0,
+        )
+    };
+    if p != libc::MAP_FAILED {
+        // SAFETY: the fresh shared mapping has `len` writable bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0xFF, m.len) };
+        m.emu.memory.register(p as usize, m.len, 0);
+        st.event_page = Some((p as usize, m.len));
+    }
+    Ok(p)
 }
 
 #[cfg(test)]

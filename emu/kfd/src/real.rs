@@ -6,7 +6,6 @@
 //! ...) are the next definitions after ours, found once with `dlsym(RTLD_NEXT)` and cached in an atomic.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_void, off_t, size_t};
 
@@ -119,34 +118,8 @@ pub fn fail(errno: c_int) -> c_int {
     -1
 }
 
-/// A lazily resolved `dlsym(RTLD_NEXT, name)` pointer.
-#[derive(Debug)]
-pub struct Next {
-    name: &'static CStr,
-    ptr: AtomicUsize,
-}
-
-impl Next {
-    /// Unresolved.
-    pub const fn new(name: &'static CStr) -> Next {
-        Next {
-            name,
-            ptr: AtomicUsize::new(0),
-        }
-    }
-
-    /// The address of the next definition, or 0 if there is none.
-    pub fn get(&self) -> usize {
-        let p = self.ptr.load(Ordering::Acquire);
-        if p != 0 {
-            return p;
-        }
-        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT searches the objects loaded after this one.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
-        self.ptr.store(p, Ordering::Release);
-        p
-    }
-}
+/// A lazily resolved `dlsym(RTLD_NEXT, name)` pointer (the device core's, shared with its libdrm forwarders).
+pub use rprof_emu::drm::Next;
 
 /// Declares a `Next` static and a typed caller for it.
 macro_rules! next_fn {

@@ -19,14 +19,47 @@
 //! | `RPROF_KERNEL_INCLUDE_REGEX` | keep only kernels whose name matches | all |
 //! | `RPROF_KERNEL_EXCLUDE_REGEX` | drop kernels whose name matches | none |
 //!
-//! Booleans accept `1/true/yes/on` and `0/false/no/off`. Placeholders in the
-//! name: `%pid%`, `%ppid%`, `%hostname%`, `%rank%` (from the usual MPI and
-//! Slurm variables), `%env{VAR}%`.
+//! Measurement and tuning knobs ([`Tuning`], read with the same rules):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `RPROF_SIGNAL_POOL_SIZE` | timestamp signals, `1..=1048576` | 16384 |
+//! | `RPROF_FORWARD_APP_SIGNAL` | who decrements the app's completion signal: `barrier` or `host` | `barrier` |
+//! | `RPROF_COMPLETION_MAX_BACKOFF_US` | the completion thread's longest nap, `1..=100000` µs | the engine's (1000) |
+//! | `RPROF_INTERCEPT_PASSTHROUGH` | measurement mode: intercept queues, packets unchanged | off |
+//! | `RPROF_VERBOSE` | one summary line at the flush | off |
+//! | `RPROF_PFTRACE_ENCODING` | `compact` (deltas, compressed bundles) or `plain` | `compact` |
+//!
+//! Rules, the same for every variable:
+//! - Booleans accept `1/true/yes/on` and `0/false/no/off` (any case); an
+//!   empty value is the same as an unset variable.
+//! - A malformed value is a [`ConfigError`]: one message naming the variable,
+//!   the value and the accepted values; the tool library then traces nothing
+//!   (it never falls back to a default silently).
+//! - A set `RPROF_*` variable that rprof does not know but that is within a
+//!   typo of one it does ([`misspelt_variables`]) gets a warning naming the
+//!   closest known one; the run goes on.
+//!
+//! Placeholders in the name: `%pid%`, `%ppid%`, `%hostname%`, `%rank%` (from
+//! the usual MPI and Slurm variables), `%env{VAR}%`.
+//!
+//! This module owns reading and validating those variables, in parts:
+//! `parse` (the rules above), `tuning` ([`Tuning`]), `variables` (the known
+//! names and the typo check). It must not act on them (opening files,
+//! starting threads is the tool library's job).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
+
+mod parse;
+mod tuning;
+mod variables;
+
+use parse::{parse_bool, parse_regex};
+pub use tuning::{Tuning, DEFAULT_POOL_SIZE};
+pub use variables::{misspelt_variables, Misspelling, KNOWN_VARIABLES};
 
 /// Which files to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +136,8 @@ pub struct TraceConfig {
     pub kernel_include: Option<Regex>,
     /// Drop kernels whose display name matches.
     pub kernel_exclude: Option<Regex>,
+    /// The measurement and tuning knobs.
+    pub tuning: Tuning,
 }
 
 /// A configuration value that rprof cannot use. The message names the
@@ -190,41 +225,6 @@ pub const RANK_VARIABLES: &[&str] = &[
     "SLURM_PROCID",
 ];
 
-fn parse_bool(env: &dyn EnvSource, name: &'static str) -> Result<bool, ConfigError> {
-    match env.get(name) {
-        None => Ok(false),
-        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "0" | "false" | "no" | "off" => Ok(false),
-            "1" | "true" | "yes" | "on" => Ok(true),
-            _ => Err(ConfigError::new(
-                name,
-                format!("`{v}` is not a boolean (use 1 or 0)"),
-            )),
-        },
-    }
-}
-
-fn parse_regex(env: &dyn EnvSource, name: &'static str) -> Result<Option<Regex>, ConfigError> {
-    match env.get(name) {
-        None => Ok(None),
-        Some(v) if v.is_empty() => Ok(None),
-        Some(v) => Regex::new(&v).map(Some).map_err(|e| {
-            // The regex crate's message spans several lines (pattern,
-            // caret, error); keep the one-line message users grep for.
-            let text = e.to_string();
-            let why = text
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .trim_start_matches("error: ")
-                .to_string();
-            ConfigError::new(name, format!("invalid regex {v:?}: {why}"))
-        }),
-    }
-}
-
 /// Expands the output-name placeholders. Unknown `%...%` sequences are an
 /// error, so a typo does not silently become part of a file name.
 pub fn expand_output_name(
@@ -308,6 +308,7 @@ impl TraceConfig {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "%hostname%/%pid%".into());
         let output_name = expand_output_name(&pattern, facts, env)?;
+        let tuning = Tuning::from_source(env)?;
         if !(kernel_trace || rpc_trace || serialize_kernels || stats) {
             return Ok(None);
         }
@@ -324,6 +325,7 @@ impl TraceConfig {
             formats,
             kernel_include,
             kernel_exclude,
+            tuning,
         }))
     }
 
@@ -331,21 +333,6 @@ impl TraceConfig {
     pub fn output_path(&self, suffix: &str) -> PathBuf {
         self.output_dir
             .join(format!("{}{}", self.output_name, suffix))
-    }
-
-    /// Whether a kernel with this display name is kept by the filters.
-    pub fn keeps_kernel(&self, display_name: &str) -> bool {
-        if let Some(inc) = &self.kernel_include {
-            if !inc.is_match(display_name) {
-                return false;
-            }
-        }
-        if let Some(exc) = &self.kernel_exclude {
-            if exc.is_match(display_name) {
-                return false;
-            }
-        }
-        true
     }
 }
 
@@ -360,9 +347,10 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{KernelTable, NamePolicy};
     use std::collections::HashMap;
 
-    fn facts() -> ProcessFacts {
+    pub(super) fn facts() -> ProcessFacts {
         ProcessFacts {
             pid: 42,
             ppid: 7,
@@ -370,7 +358,7 @@ mod tests {
         }
     }
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    pub(super) fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -462,8 +450,51 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert!(c.keeps_kernel("add_f32"));
-        assert!(!c.keeps_kernel("mul"));
-        assert!(!c.keeps_kernel("add_slow"));
+        let kernels = KernelTable::new(NamePolicy::from_config(&c));
+        assert!(kernels.insert(1, "add_f32").keep);
+        assert!(!kernels.insert(2, "mul").keep);
+        assert!(!kernels.insert(3, "add_slow").keep);
+    }
+
+    #[test]
+    fn every_boolean_spelling_and_empty_means_unset() {
+        for (v, on) in [
+            ("1", true),
+            ("true", true),
+            ("YES", true),
+            ("On", true),
+            (" 1 ", true),
+            ("0", false),
+            ("false", false),
+            ("no", false),
+            ("OFF", false),
+            ("", false),
+        ] {
+            let t = Tuning::from_source(&env(&[
+                ("RPROF_VERBOSE", v),
+                ("RPROF_INTERCEPT_PASSTHROUGH", v),
+            ]))
+            .unwrap();
+            assert_eq!((t.verbose, t.passthrough), (on, on), "{v:?}");
+            let c = TraceConfig::from_source(
+                &env(&[("RPROF_RPC_TRACE", "1"), ("RPROF_STATS", v)]),
+                &facts(),
+            )
+            .unwrap()
+            .unwrap();
+            assert_eq!(c.stats, on, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn the_tuning_reaches_the_configuration() {
+        let c = TraceConfig::from_source(
+            &env(&[("RPROF_KERNEL_TRACE", "1"), ("RPROF_VERBOSE", "yes")]),
+            &facts(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(c.tuning.verbose);
+        assert_eq!(c.tuning.pool_size, DEFAULT_POOL_SIZE);
     }
 }

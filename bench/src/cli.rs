@@ -1,0 +1,160 @@
+//! The command line: what to run, how often, and where the workloads are.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// Tracing overhead measured side by side: each workload's untraced
+/// (`rprof --device emulated`) and traced (`rprof --kernel-trace`) runs,
+/// alternated `--reps` times, as medians, ranges and ratios.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "rprof-bench", version)]
+pub struct Options {
+    /// Where `rprof` is (a release build).
+    #[arg(long, value_name = "DIR", default_value = "target/release")]
+    pub bin_dir: PathBuf,
+    /// Where scripts/bench.sh built the workloads; traces go to DIR/out.
+    #[arg(long, value_name = "DIR", default_value = "target/bench")]
+    pub work_dir: PathBuf,
+    /// Runs of each kind per measurement.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub reps: usize,
+    /// Smaller workloads (a short check, not figures to quote).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the graph-storm plot (ratio against dispatch count) here.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// An environment variable for every run (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub extra: Vec<(String, String)>,
+    /// Sections to run; all if not given.
+    #[arg(long, value_name = "SECTIONS", value_delimiter = ',')]
+    pub only: Vec<Section>,
+    /// Graph-storm launch counts; the default series if not given.
+    #[arg(long, value_name = "I,...", value_delimiter = ',')]
+    pub launches: Vec<u32>,
+    /// The runtime: 6.x runs every run (traced and untraced) through
+    /// `scripts/rocm-env.sh VERSION --`; 5.2 runs on the host.
+    #[arg(long, value_name = "5.2|6.1|6.4", value_parser = runtime)]
+    pub runtime: Option<Runtime>,
+}
+
+/// A part of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Section {
+    /// Host time per dispatch on the submitting thread (raw HSA).
+    Host,
+    /// Enqueue-to-completion latency seen by the app (raw HSA).
+    Roundtrip,
+    /// HIP graph storm: overhead against dispatch count.
+    Storm,
+    /// The storm with 20 µs kernels.
+    Mix,
+    /// rprof's resident memory against dispatch count (raw HSA).
+    Memory,
+    /// The cost of --serialize-kernels.
+    Serialize,
+    /// The cost of --rpc-trace.
+    Rpc,
+}
+
+/// A runtime other than the host's 5.2 (`--runtime 5.2` is the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime(pub String);
+
+fn runtime(v: &str) -> Result<Runtime, String> {
+    if v.is_empty() {
+        return Err("empty runtime version".into());
+    }
+    Ok(Runtime(v.to_string()))
+}
+
+fn key_value(kv: &str) -> Result<(String, String), String> {
+    let (k, v) = kv.split_once('=').ok_or("--env takes KEY=VALUE")?;
+    Ok((k.into(), v.into()))
+}
+
+impl Options {
+    /// Whether `section` runs.
+    pub fn want(&self, section: Section) -> bool {
+        self.only.is_empty() || self.only.contains(&section)
+    }
+
+    /// The runtime's root to run in, `None` for the host's 5.2.
+    pub fn root(&self) -> Option<&str> {
+        self.runtime
+            .as_ref()
+            .map(|r| r.0.as_str())
+            .filter(|&v| v != "5.2")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("rprof-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_and_every_option() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.bin_dir, PathBuf::from("target/release"));
+        assert_eq!(o.work_dir, PathBuf::from("target/bench"));
+        assert_eq!(o.reps, 5);
+        assert!(!o.quick && o.svg.is_none() && o.extra.is_empty() && o.root().is_none());
+        assert!(o.want(Section::Rpc));
+        let o = parse(&[
+            "--bin-dir",
+            "b",
+            "--work-dir",
+            "w",
+            "--reps",
+            "3",
+            "--quick",
+            "--svg",
+            "p.svg",
+            "--env",
+            "A=1=2",
+            "--env",
+            "B=",
+            "--only",
+            "storm,mix",
+            "--launches",
+            "10,200",
+            "--runtime",
+            "6.4",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.bin_dir.to_str(), o.work_dir.to_str()),
+            (Some("b"), Some("w"))
+        );
+        assert_eq!((o.reps, o.quick), (3, true));
+        assert_eq!(o.svg, Some(PathBuf::from("p.svg")));
+        assert_eq!(
+            o.extra,
+            [("A".into(), "1=2".into()), ("B".into(), String::new())]
+        );
+        assert_eq!(o.only, [Section::Storm, Section::Mix]);
+        assert!(o.want(Section::Mix) && !o.want(Section::Host));
+        assert_eq!(o.launches, [10, 200]);
+        assert_eq!(o.root(), Some("6.4"));
+        assert_eq!(parse(&["--runtime", "5.2"]).unwrap().root(), None);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        for args in [
+            &["--reps", "x"][..],
+            &["--env", "NOEQUALS"],
+            &["--only", "storm,typo"],
+            &["--launches", "1,x"],
+            &["--unknown"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The report's sections: each runs its workload pairs and appends its
+//! lines (the format `docs/performance.md` quotes).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::cli::{Options, Section};
+use crate::run::{pair, pair_modes, TRACED, UNTRACED};
+use crate::stats::{figure, median, median_of, range, rss_delta_mib, wall_ratios};
+use crate::Error;
+
+/// The workloads scripts/bench.sh builds, as arguments.
+#[derive(Debug, Clone)]
+pub struct Workloads {
+    /// `dispatch_bench` (raw HSA).
+    pub dispatch_bench: String,
+    /// The code object `dispatch_bench` loads.
+    pub code_object: String,
+    /// `graph_storm` (HIP).
+    pub storm: String,
+    /// `rpc-doorbell`, if built (5.2 only).
+    pub rpc: Option<String>,
+}
+
+fn arg(path: &Path) -> Result<String, Error> {
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Setup(format!("{} is not UTF-8", path.display())))
+}
+
+impl Workloads {
+    /// The workloads in `o.work_dir`; an error naming the first one the
+    /// chosen sections need that is missing.
+    pub fn find(o: &Options) -> Result<Self, Error> {
+        let work = o
+            .work_dir
+            .canonicalize()
+            .unwrap_or_else(|_| o.work_dir.clone());
+        let dispatch_bench = work.join("dispatch_bench");
+        let code_object = work.join("bench_kernels.hsaco");
+        let storm = work.join("graph_storm");
+        let rpc = work.join("rpc-doorbell");
+        let raw_hsa =
+            o.want(Section::Host) || o.want(Section::Roundtrip) || o.want(Section::Memory);
+        let needed = if raw_hsa {
+            vec![&dispatch_bench, &code_object, &storm]
+        } else {
+            vec![&storm]
+        };
+        if let Some(p) = needed.into_iter().find(|p| !p.exists()) {
+            return Err(Error::Setup(format!(
+                "{} missing: run scripts/bench.sh (it builds the workloads)",
+                p.display()
+            )));
+        }
+        Ok(Workloads {
+            dispatch_bench: arg(&dispatch_bench)?,
+            code_object: arg(&code_object)?,
+            storm: arg(&storm)?,
+            rpc: if rpc.exists() { Some(arg(&rpc)?) } else { None },
+        })
+    }
+}
+
+/// One point of the overhead plot: dispatches, median wall ratio, its range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Dispatches per run.
+    pub dispatches: f64,
+    /// Median traced / untraced wall time.
+    pub ratio: f64,
+    /// Smallest ratio.
+    pub lo: f64,
+    /// Largest ratio.
+    pub hi: f64,
+}
+
+/// The report's first lines.
+pub fn header(o: &Options, report: &mut String) {
+    let _ = writeln!(
+        report,
+        "rprof-bench: {} repetitions, alternating untraced/traced",
+        o.reps
+    );
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let _ = writeln!(
+        report,
+        "machine: {cpus} CPUs; emulated GPU (gfx90a); release build; ROCm {}",
+        o.root().unwrap_or("5.2 (host)")
+    );
+}
+
+/// Section 1: Host time per dispatch on the submitting thread.
+pub fn host_time(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let n = if o.quick { "5000" } else { "20000" };
+    let p = pair(
+        o,
+        "enqueue",
+        &[],
+        &[&w.dispatch_bench, "enqueue", n, &w.code_object],
+    )?;
+    let (mu, mt) = (
+        figure(&p.a, "enqueue_p50_ns")?,
+        figure(&p.b, "enqueue_p50_ns")?,
+    );
+    let (u99, t99) = (
+        figure(&p.a, "enqueue_p99_ns")?,
+        figure(&p.b, "enqueue_p99_ns")?,
+    );
+    let _ = writeln!(
+        report,
+        "\n[host time per dispatch, {n} dispatches in bursts of 64]\n  untraced p50 {mu:.0} ns (p99 {u99:.0})\n  traced   p50 {mt:.0} ns (p99 {t99:.0})\n  added    p50 {:.0} ns   (target <= 1000 ns)",
+        mt - mu
+    );
+    let (eu, et) = (figure(&p.a, "emu_events")?, figure(&p.b, "emu_events")?);
+    let _ = writeln!(
+        report,
+        "  driver events live at exit: untraced {eu:.0}, traced {et:.0} (rprof's share: {:.0}; target <= 256)",
+        et - eu
+    );
+    Ok(())
+}
+
+/// Section 2: App-visible completion latency.
+pub fn roundtrip(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let n = if o.quick { "2000" } else { "10000" };
+    let p = pair(
+        o,
+        "roundtrip",
+        &[],
+        &[&w.dispatch_bench, "roundtrip", n, &w.code_object],
+    )?;
+    let (u50, t50) = (
+        figure(&p.a, "roundtrip_p50_ns")?,
+        figure(&p.b, "roundtrip_p50_ns")?,
+    );
+    let (u99, t99) = (
+        figure(&p.a, "roundtrip_p99_ns")?,
+        figure(&p.b, "roundtrip_p99_ns")?,
+    );
+    let _ = writeln!(
+        report,
+        "\n[enqueue-to-completion seen by the app, {n} single dispatches, ACTIVE wait]\n  untraced p50 {u50:.0} ns  p99 {u99:.0} ns\n  traced   p50 {t50:.0} ns  p99 {t99:.0} ns\n  added    p50 {:.0} ns  p99 {:.0} ns   (targets: p50 <= 20000, p99 <= 200000)",
+        t50 - u50,
+        t99 - u99
+    );
+    Ok(())
+}
+
+/// Section 3: Graph storm, overhead against dispatch count; the plot's points.
+pub fn storm(o: &Options, w: &Workloads, report: &mut String) -> Result<Vec<Point>, Error> {
+    let launches: &[u32] = if !o.launches.is_empty() {
+        &o.launches
+    } else if !o.want(Section::Storm) {
+        &[]
+    } else if o.quick {
+        &[10, 50]
+    } else {
+        &[10, 50, 200, 800]
+    };
+    let _ = writeln!(
+        report,
+        "\n[HIP graph storm: 256 near-zero kernels x I launches; wall time of the whole run]"
+    );
+    let _ = writeln!(
+        report,
+        "  {:>9} {:>12} {:>12} {:>8} {:>13} {:>10} {:>16} {:>14}",
+        "dispatch",
+        "untraced s",
+        "traced s",
+        "ratio",
+        "ratio range",
+        "B/dispatch",
+        "rprof rss MiB",
+        "CPU +us/disp"
+    );
+    let mut points = Vec::new();
+    for &i in launches {
+        let p = pair(
+            o,
+            &format!("storm{i}"),
+            &[],
+            &[&w.storm, "256", &i.to_string()],
+        )?;
+        let (u, t) = (&p.a, &p.b);
+        let ratios = wall_ratios(u, t);
+        let ratio = median(&ratios);
+        let (lo, hi) = range(&ratios);
+        let dispatches = 256.0 * f64::from(i);
+        let bytes = t
+            .last()
+            .map(|r| r.trace_bytes as f64 / dispatches)
+            .unwrap_or(f64::NAN);
+        // The app's own memory grows with launches (HIP 5.2.3 graphs); what
+        // rprof adds is the traced peak minus the untraced peak.
+        let rss = rss_delta_mib(u, t);
+        let rows = t.last().map(|r| r.csv_rows).unwrap_or(0);
+        let cpu = (median_of(t, |r| r.cpu_s) - median_of(u, |r| r.cpu_s)) * 1e6 / dispatches;
+        let _ = writeln!(
+            report,
+            "  {:>9} {:>12.3} {:>12.3} {:>8.2} {:>6.2}-{:<6.2} {:>10.1} {:>16.1} {:>14.2}   (csv rows {rows})",
+            dispatches,
+            median_of(u, |r| r.wall_s),
+            median_of(t, |r| r.wall_s),
+            ratio,
+            lo,
+            hi,
+            bytes,
+            rss,
+            cpu
+        );
+        points.push(Point {
+            dispatches,
+            ratio,
+            lo,
+            hi,
+        });
+    }
+    Ok(points)
+}
+
+/// Section 4: Realistic mix: 20 µs kernels.
+pub fn mix(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let launches = if o.quick { "5" } else { "20" };
+    let p = pair(
+        o,
+        "mix",
+        &[("RPROF_EMU_KERNEL_NS", "20000")],
+        &[&w.storm, "256", launches],
+    )?;
+    let ratios = wall_ratios(&p.a, &p.b);
+    let (lo, hi) = range(&ratios);
+    let _ = writeln!(
+        report,
+        "\n[realistic mix: the storm with 20 us kernels]\n  ratio {:.3} (range {lo:.3}-{hi:.3}; target <= 1.03)",
+        median(&ratios)
+    );
+    Ok(())
+}
+
+/// Section 5: Memory: rprof's resident memory against dispatch count (raw HSA, so
+/// the app itself stays flat).
+pub fn memory(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let counts: &[&str] = if o.quick {
+        &["100000", "1000000"]
+    } else {
+        &["100000", "1000000", "10000000"]
+    };
+    let _ = writeln!(
+        report,
+        "\n[memory: raw-HSA enqueue loop, one run each; target: flat within 16 MiB]"
+    );
+    let _ = writeln!(
+        report,
+        "  {:>10} {:>14} {:>12} {:>16} {:>12}",
+        "dispatches", "untraced MiB", "traced MiB", "rprof adds MiB", "traced s"
+    );
+    let once = Options {
+        reps: 1,
+        ..o.clone()
+    };
+    for n in counts {
+        let p = pair(
+            &once,
+            "memory",
+            &[],
+            &[&w.dispatch_bench, "enqueue", n, &w.code_object],
+        )?;
+        // The app's own peak (VmHWM, printed by dispatch_bench at exit).
+        let (um, tm) = (
+            figure(&p.a, "vmhwm_kb")? / 1024.0,
+            figure(&p.b, "vmhwm_kb")? / 1024.0,
+        );
+        let traced_s = median_of(&p.b, |r| r.wall_s);
+        let _ = writeln!(
+            report,
+            "  {:>10} {:>14.1} {:>12.1} {:>16.1} {:>12.2}",
+            n,
+            um,
+            tm,
+            tm - um,
+            traced_s
+        );
+    }
+    Ok(())
+}
+
+/// Section 6: The cost of --serialize-kernels (both runs traced).
+pub fn serialize(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let launches = if o.quick { "5" } else { "20" };
+    let p = pair_modes(
+        o,
+        "serial",
+        TRACED,
+        &["--kernel-trace", "--serialize-kernels"],
+        &[],
+        &[&w.storm, "256", launches],
+    )?;
+    let ratios = wall_ratios(&p.a, &p.b);
+    let (lo, hi) = range(&ratios);
+    let rows = |rs: &[crate::run::RunResult]| rs.first().map_or(f64::NAN, |r| r.csv_rows as f64);
+    let _ = writeln!(
+        report,
+        "\n[--serialize-kernels: the storm traced, serialized vs not]\n  wall ratio {:.2} (range {lo:.2}-{hi:.2}); dispatches/s {:.0} serialized vs {:.0}",
+        median(&ratios),
+        rows(&p.b) / median_of(&p.b, |r| r.wall_s),
+        rows(&p.a) / median_of(&p.a, |r| r.wall_s),
+    );
+    Ok(())
+}
+
+/// Section 7: The cost of --rpc-trace on the RPC doorbell workload (if built).
+pub fn rpc(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let Some(rpc) = &w.rpc else {
+        return Ok(());
+    };
+    let args = [
+        rpc.as_str(),
+        "--kernels",
+        "64",
+        "--lanes",
+        "8",
+        "--calls",
+        "4",
+        "--drain-between",
+        "--wait-timeout-ms",
+        "0",
+    ];
+    let p = pair_modes(o, "rpc", UNTRACED, &["--rpc-trace"], &[], &args)?;
+    let ratios = wall_ratios(&p.a, &p.b);
+    let (lo, hi) = range(&ratios);
+    let _ = writeln!(
+        report,
+        "\n[--rpc-trace: rpc-doorbell, 64 kernels x 8 lanes x 4 calls, a ring per kernel]\n  wall ratio {:.3} (range {lo:.3}-{hi:.3})",
+        median(&ratios),
+    );
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! The GPU agents of the run, from the runtime's agent iteration.
+//!
+//! Owns enumerating agents and reading their names and compute-unit counts
+//! (once, at `OnLoad`), and mapping an agent handle to its index. Must not
+//! touch queues or dispatches.
+
+use std::ffi::c_void;
+
+use hsa_sys::{
+    hsa_agent_t, hsa_status_t, HSA_AGENT_INFO_DEVICE, HSA_AGENT_INFO_NAME,
+    HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_DEVICE_TYPE_GPU,
+    HSA_STATUS_SUCCESS,
+};
+use rprof_core::record::AgentInfo;
+
+use super::Session;
+use crate::runtime::Runtime;
+
+/// GPU agents in enumeration order.
+pub(super) fn enumerate(rt: &Runtime) -> Vec<AgentInfo> {
+    unsafe extern "C" fn collect(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
+        // SAFETY: `data` is the `Vec` passed below, alive for the iteration.
+        let v = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
+        v.push(agent);
+        HSA_STATUS_SUCCESS
+    }
+    let mut all: Vec<hsa_agent_t> = Vec::new();
+    if let Some(iterate) = rt.core.hsa_iterate_agents_fn {
+        // SAFETY: the callback only pushes into `all`, which outlives the call.
+        unsafe { iterate(Some(collect), (&mut all as *mut Vec<hsa_agent_t>).cast()) };
+    }
+    let mut out = Vec::new();
+    for agent in all {
+        if info_u32(rt, agent, HSA_AGENT_INFO_DEVICE) != HSA_DEVICE_TYPE_GPU {
+            continue;
+        }
+        out.push(AgentInfo {
+            index: out.len() as u32,
+            name: info_string(rt, agent, HSA_AGENT_INFO_NAME),
+            product_name: info_string(rt, agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME),
+            handle: agent.handle,
+            compute_units: info_u32(rt, agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT),
+        });
+    }
+    out
+}
+
+fn info_string(rt: &Runtime, agent: hsa_agent_t, attribute: u32) -> String {
+    let Some(get) = rt.core.hsa_agent_get_info_fn else {
+        return String::new();
+    };
+    let mut buf = [0u8; 64];
+    // SAFETY: both attributes write at most 64 bytes (a char[64]) into `buf`.
+    let status = unsafe { get(agent, attribute, buf.as_mut_ptr().cast()) };
+    if status != HSA_STATUS_SUCCESS {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn info_u32(rt: &Runtime, agent: hsa_agent_t, attribute: u32) -> u32 {
+    let Some(get) = rt.core.hsa_agent_get_info_fn else {
+        return 0;
+    };
+    let mut v = 0u32;
+    // SAFETY: the attributes queried this way are 32-bit values.
+    let status = unsafe { get(agent, attribute, (&mut v as *mut u32).cast()) };
+    if status == HSA_STATUS_SUCCESS {
+        v
+    } else {
+        0
+    }
+}
+
+impl Session {
+    /// The index of a traced GPU agent (`None`: not a GPU rprof traces).
+    pub(super) fn agent_index(&self, agent: hsa_agent_t) -> Option<u32> {
+        self.agents
+            .iter()
+            .find(|a| a.handle == agent.handle)
+            .map(|a| a.index)
+    }
+}

@@ -1,0 +1,198 @@
+//! The flush: at the last `hsa_shut_down`, at `OnUnload`, at exit or on
+//! SIGTERM / SIGINT, the trace is finished once, every wait bounded.
+//!
+//! Owns the order of the end of a trace (packets still undelivered to the
+//! interceptor, dispatches on the device, the completion and writer
+//! threads, the signal pool, the report to the `rprof` command, the verbose
+//! summary); must not decide when to flush (the hooks and
+//! [`super::lifecycle`] do) nor write records itself (the writer thread
+//! does).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hsa_sys::hsa_queue_t;
+use rprof_core::engine::{join_within, WriterOutcome};
+
+use super::{lock, Session};
+
+/// How long the flush waits for dispatches still on the device.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the flush waits for the completion thread to stop (or, at
+/// exit, to settle the recorded dispatches).
+const COMPLETION_JOIN: Duration = Duration::from_secs(2);
+/// How long the flush waits for the writer to finish the outputs.
+const WRITER_JOIN: Duration = Duration::from_secs(5);
+
+impl Session {
+    /// Flushes the trace: waits (bounded) for dispatches on the device, lets
+    /// the completion and writer threads finish, and closes the outputs.
+    /// Idempotent; later calls return at once.
+    ///
+    /// `at_exit`: the process is exiting (`exit` from any thread, possibly
+    /// while other threads keep launching kernels): only packets written
+    /// before the flush began are waited for, and the ring guard stays on
+    /// for whatever the app submits afterwards (see
+    /// [`rprof_core::engine::Engine::keep_guard_after_stop`]).
+    ///
+    /// Every wait is bounded: a device that never finishes, a completion
+    /// thread or a writer that is stuck (a FIFO nobody reads, a hung file
+    /// system) costs at most [`FLUSH_TIMEOUT`] + [`COMPLETION_JOIN`] +
+    /// [`WRITER_JOIN`]; what could not be finished is said on stderr and in
+    /// the report to the `rprof` command.
+    pub(super) fn finish(&self, why: &str, at_exit: bool) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let t0 = Instant::now();
+        self.wait_for_undelivered_packets(t0);
+        if at_exit {
+            self.engine.keep_guard_after_stop();
+        }
+        let left = self
+            .engine
+            .begin_shutdown(FLUSH_TIMEOUT.saturating_sub(t0.elapsed()));
+        // `None`: no threads to stop; `Some(None)`: the writer is stuck.
+        let stopped = self.stop_threads(at_exit);
+        let writer_stuck = matches!(stopped, Some(None));
+        let outcome = stopped.flatten();
+        // Destroy the timestamp signals while the runtime is still up (no
+        // handle is out once the completion thread has returned, except for
+        // dispatches given up on, which keep the pool open). Not at exit:
+        // the completion thread still recycles them for the app's threads.
+        if !at_exit {
+            let _ = self.source.pool().shutdown();
+        }
+        if left > 0 {
+            eprintln!("rprof: {left} dispatches were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
+        }
+        self.report(outcome.as_ref(), writer_stuck);
+        if let Some(o) = outcome {
+            self.summarise(&o, why, t0);
+        }
+    }
+
+    /// Packets the app wrote before now that the runtime has not handed to
+    /// the interceptor yet (it defers them when the hardware ring is full)
+    /// are still to be traced: waits (until [`FLUSH_TIMEOUT`] after `t0`)
+    /// until each traced queue's proxy ring has delivered them.
+    fn wait_for_undelivered_packets(&self, t0: Instant) {
+        let snapshot = self.write_indices();
+        while self.undelivered_packets(&snapshot) && t0.elapsed() < FLUSH_TIMEOUT {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The write index of every traced queue now: the packets the app has
+    /// written so far.
+    fn write_indices(&self) -> Vec<(usize, u64)> {
+        let Some(write) = self.rt.core.hsa_queue_load_write_index_relaxed_fn else {
+            return Vec::new();
+        };
+        let queues = lock(&self.queues);
+        queues
+            .keys()
+            .map(|&q| {
+                // SAFETY: queues in the map are alive: the destroy hook
+                // removes them (under this lock) before the runtime
+                // destroys them.
+                (q, unsafe { write(q as *const hsa_queue_t) })
+            })
+            .collect()
+    }
+
+    /// Whether some traced queue still holds, undelivered to the
+    /// interceptor, packets written before `snapshot` was taken (packets
+    /// written later do not count: app threads may keep launching while the
+    /// process exits).
+    fn undelivered_packets(&self, snapshot: &[(usize, u64)]) -> bool {
+        let Some(read) = self.rt.core.hsa_queue_load_read_index_relaxed_fn else {
+            return false;
+        };
+        let queues = lock(&self.queues);
+        snapshot.iter().any(|&(q, written)| {
+            queues.contains_key(&q)
+                // SAFETY: as in `write_indices`; still in the map.
+                && unsafe { read(q as *const hsa_queue_t) } < written
+        })
+    }
+
+    /// Stops the completion thread (at exit: only waits until it has
+    /// settled the recorded dispatches, and keeps it recycling) and the
+    /// writer; `None` if they were not running, else the writer's outcome,
+    /// `None` if it did not finish in time.
+    fn stop_threads(&self, at_exit: bool) -> Option<Option<WriterOutcome>> {
+        let (completion, writer) = lock(&self.threads).take()?;
+        if at_exit {
+            // The completion thread keeps recycling for the app's
+            // remaining launches; wait only until it has settled the
+            // recorded dispatches.
+            let t = Instant::now();
+            while !self.engine.records_closed() && t.elapsed() < COMPLETION_JOIN {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            *lock(&self.guard_thread) = Some(completion);
+        } else if join_within(completion, COMPLETION_JOIN).is_none() {
+            eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
+        }
+        self.engine.stop_writer();
+        Some(join_within(writer, WRITER_JOIN))
+    }
+
+    /// Says which outputs are finished (on stderr if the writer is stuck,
+    /// and to the `rprof` command). `outcome`: `None` when the writer did
+    /// not finish (`writer_stuck`) or never ran.
+    fn report(&self, outcome: Option<&WriterOutcome>, writer_stuck: bool) {
+        let stuck_reason = format!(
+            "the output writer did not finish within {WRITER_JOIN:?} (stuck writing: a FIFO nobody reads, a hung file system?); {} records were still queued",
+            self.engine.records_queued()
+        );
+        if writer_stuck {
+            eprintln!("rprof: {stuck_reason}; the outputs are incomplete");
+        }
+        crate::report::report_outputs(
+            &self.outputs,
+            outcome.map(|o| &o.sink_failures[..]),
+            &stuck_reason,
+        );
+    }
+
+    /// The records lost, and with `RPROF_VERBOSE` one summary line.
+    fn summarise(&self, o: &WriterOutcome, why: &str, t0: Instant) {
+        let m = &o.metadata;
+        if m.records_lost > 0 {
+            eprintln!(
+                "rprof: {} records could not be recorded (see the run metadata)",
+                m.records_lost
+            );
+        }
+        if !self.verbose {
+            return;
+        }
+        let stats = self.source.pool().stats();
+        eprintln!(
+            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns",
+            t0.elapsed(),
+            m.dispatches,
+            m.filtered_out,
+            m.records_lost,
+            m.start_clamped,
+            m.end_clamped,
+            stats.created,
+            stats.high_water,
+            stats.acquire_waits,
+            o.intercept_calls,
+            o.intercept_ns / o.intercept_calls.max(1),
+        );
+    }
+
+    /// Before the runtime shuts down after an at-exit flush (HIP and others
+    /// call `hsa_shut_down` from their own exit handlers): the completion
+    /// thread stops recycling, since the runtime's signals go away.
+    pub(super) fn end_guard(&self) {
+        if let Some(t) = lock(&self.guard_thread).take() {
+            self.engine.stop_guard();
+            let _ = join_within(t, COMPLETION_JOIN);
+        }
+    }
+}

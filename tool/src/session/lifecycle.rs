@@ -1,0 +1,74 @@
+//! The process events around a trace that are not HSA calls: `exit` and
+//! `quick_exit` (flush), `fork` (the child runs untraced), SIGTERM / SIGINT
+//! (flush, then end as the signal would have), and `OnUnload`.
+//!
+//! Owns registering those handlers and what each one asks of the session;
+//! must not implement the flush (see [`super::flush`]) nor the signal
+//! handling itself (`crate::terminate`).
+
+use std::sync::atomic::Ordering;
+
+use super::{guarded, session};
+
+extern "C" {
+    /// C11 `at_quick_exit` (glibc); not in the `libc` crate.
+    fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
+}
+
+/// Registers the exit, fork and termination handlers (once, at `OnLoad`).
+pub(super) fn install() {
+    // SAFETY: registering a plain extern "C" function with the C library
+    // (glibc has both); failure only means no flush at exit, which
+    // hsa_shut_down still covers. `quick_exit` runs only the second list.
+    unsafe {
+        libc::atexit(at_exit);
+        at_quick_exit(at_exit);
+        // A forked child has none of rprof's threads: it runs untraced.
+        libc::pthread_atfork(None, None, Some(in_forked_child));
+    }
+    // SIGTERM / SIGINT: flush, then end as the signal would have.
+    crate::terminate::install(flush_on_signal);
+}
+
+/// `OnUnload`: the runtime is unloading rprof (inside `hsa_shut_down`).
+pub fn on_unload() {
+    if let Some(s) = session() {
+        s.finish("OnUnload", false);
+        s.end_guard();
+    }
+}
+
+/// In a child created by `fork`: the completion and writer threads do not
+/// exist there, so stop tracing and never wait for them.
+extern "C" fn in_forked_child() {
+    guarded(
+        "the fork handler",
+        || (),
+        || {
+            if let Some(s) = session() {
+                s.finished.store(true, Ordering::Release);
+                s.engine.forked_child();
+                crate::terminate::in_forked_child();
+            }
+        },
+    )
+}
+
+/// The flush for SIGTERM / SIGINT (`terminate`), on rprof's signal thread.
+fn flush_on_signal(why: &str) {
+    if let Some(s) = session() {
+        s.finish(why, true);
+    }
+}
+
+extern "C" fn at_exit() {
+    guarded(
+        "the exit flush",
+        || (),
+        || {
+            if let Some(s) = session() {
+                s.finish("exit", true);
+            }
+        },
+    )
+}

@@ -1,0 +1,291 @@
+//! The tracing session: what `OnLoad` sets up, in order, and the state that
+//! the hooks, the interceptor and the flush share for the rest of the
+//! process.
+//!
+//! Owns the one [`Session`] (built once, leaked, reached through
+//! `session()`), the start-up steps of [`on_load`] and [`guarded`]. It must
+//! not hold what its parts do:
+//! - `agents`: the GPU agents, from the runtime's agent iteration;
+//! - `run_info`: the process facts the trace records (pid, command line);
+//! - `threads`: spawning the completion and writer threads, at low priority;
+//! - `hooks`: the five HSA entries rprof replaces (`hsa_init`,
+//!   `hsa_shut_down`, `hsa_queue_create`, `hsa_queue_destroy`,
+//!   `hsa_executable_freeze`);
+//! - `kernel_symbols`: kernel names from a frozen executable;
+//! - `interceptor`: the queue interceptor, its per-queue state and the wait
+//!   for room in ROCr 6's hardware ring;
+//! - `flush`: the bounded end of the trace;
+//! - `lifecycle`: exit, quick_exit, fork, SIGTERM / SIGINT and `OnUnload`.
+//!
+//! The configuration (`RPROF_*`, tuning knobs included) is read and
+//! validated by `rprof_core::config`, never here.
+//!
+//! # Safety
+//! This module is the FFI edge: it receives raw pointers from the runtime
+//! (tables, queues, packets, interceptor data) and calls runtime entries
+//! copied at `OnLoad`. Each `unsafe` block says what it relies on. Every
+//! `extern "C"` function here catches panics; on any internal failure the
+//! call degrades to what the runtime would have done without rprof.
+
+mod agents;
+mod flush;
+mod hooks;
+mod interceptor;
+mod kernel_symbols;
+mod lifecycle;
+mod run_info;
+mod threads;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use hsa_sys::HsaApiTable;
+use rprof_core::config::{misspelt_variables, TraceConfig};
+use rprof_core::engine::{Engine, EngineOptions};
+use rprof_core::kernels::{KernelTable, NamePolicy};
+use rprof_core::record::AgentInfo;
+use rprof_pool::{PoolConfig, SignalPool};
+
+pub use lifecycle::on_unload;
+
+use crate::outputs::open_outputs;
+use crate::runtime::Runtime;
+use crate::signals::{PoolSource, PooledSignal, RocrBackend, RocrSignals};
+use interceptor::QueueState;
+
+/// The end of every message after which the app runs without rprof.
+const UNTRACED: &str = "the application runs untraced";
+
+/// Everything a running trace needs, alive for the rest of the process.
+pub struct Session {
+    rt: Runtime,
+    engine: Arc<Engine<PooledSignal>>,
+    source: PoolSource,
+    kernels: Arc<KernelTable>,
+    agents: Vec<AgentInfo>,
+    /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
+    /// loaded rprof counts).
+    init_depth: AtomicI64,
+    /// Traced queues by `hsa_queue_t` address, with the data pointer given
+    /// to the runtime's interceptor registration.
+    queues: Mutex<HashMap<usize, *const QueueState>>,
+    threads: Mutex<Option<threads::Threads>>,
+    finished: AtomicBool,
+    /// The completion thread, still recycling for the ring guard after an
+    /// at-exit flush (see [`Session::end_guard`]).
+    guard_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The output files, in the order of the sinks.
+    outputs: Vec<std::path::PathBuf>,
+    verbose: bool,
+    /// Measurement mode: intercept queues with profiling, packets unchanged.
+    passthrough: bool,
+    /// ROCr >= 6.0 (AMD extension table major 2): its intercept queue runs
+    /// intercept-marker callbacks, which tell rprof each queue's hardware
+    /// ring, so rprof can keep the runtime from deferring its writes.
+    markers: bool,
+}
+
+// SAFETY: the raw `QueueState` pointers in `queues` come from `Arc::into_raw`
+// and are only turned back into `Arc`s under the mutex; everything else is
+// `Send + Sync`.
+unsafe impl Send for Session {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Session {}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("agents", &self.agents)
+            .finish_non_exhaustive()
+    }
+}
+
+static SESSION: OnceLock<&'static Session> = OnceLock::new();
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+fn session() -> Option<&'static Session> {
+    SESSION.get().copied()
+}
+
+/// Runs `f`, turning a panic into `fallback` (and one line on stderr).
+pub fn guarded<T>(what: &str, fallback: impl FnOnce() -> T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("rprof: internal error in {what}; continuing without it");
+            fallback()
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `OnLoad`: returns whether the runtime should keep rprof loaded (always
+/// true: on any problem rprof stays loaded but inert, and the app runs
+/// untraced).
+///
+/// # Safety
+/// `table` is the runtime's API table pointer given to `OnLoad`.
+pub unsafe fn on_load(table: *mut HsaApiTable) -> bool {
+    if !first_load() {
+        return true;
+    }
+    // SAFETY: the pointer `OnLoad` received.
+    if let Err(why) = unsafe { start(table) } {
+        eprintln!("rprof: {why}");
+    }
+    true
+}
+
+/// Whether this is the process's first `OnLoad` (a runtime initialised
+/// again after its shutdown loads rprof again: that part is not traced).
+fn first_load() -> bool {
+    if !LOADED.swap(true, Ordering::AcqRel) {
+        return true;
+    }
+    if session().is_some_and(|s| s.finished.load(Ordering::Acquire)) {
+        eprintln!("rprof: the HSA runtime was initialised again after shutdown; this part of the run is not traced");
+    }
+    false
+}
+
+/// The start-up steps. `Ok` also when there is nothing to trace; `Err` is
+/// the one message to print (the app then runs untraced).
+///
+/// # Safety
+/// As [`on_load`].
+unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
+    let Some(config) = read_config()? else {
+        return Ok(());
+    };
+    claim_the_process()?;
+    // SAFETY: the pointer `OnLoad` received.
+    let rt = unsafe { Runtime::from_tables(table) }.map_err(|e| format!("{e}; {UNTRACED}"))?;
+    let agents = agents::enumerate(&rt);
+    if agents.is_empty() {
+        return Err("no GPU agent found; nothing to trace".into());
+    }
+    let session = Session::start(rt, &config, agents)?;
+    if SESSION.set(session).is_err() {
+        return Ok(());
+    }
+    // SAFETY: the table `from_tables` validated; OnLoad runs inside hsa_init
+    // before any app call.
+    unsafe { hooks::install(table, &config, session) };
+    lifecycle::install();
+    Ok(())
+}
+
+/// The configuration, `None` when it asks for no trace. Warns first about
+/// `RPROF_*` variables that look like typos of known ones.
+fn read_config() -> Result<Option<TraceConfig>, String> {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    for m in misspelt_variables(names.iter().map(String::as_str)) {
+        eprintln!("rprof: warning: {m}");
+    }
+    match TraceConfig::from_env() {
+        Ok(Some(c)) if c.kernel_trace || c.rpc_trace => Ok(Some(c)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(format!("configuration error: {e}; {UNTRACED}")),
+    }
+}
+
+/// One tracer per process: another copy of this library (at another path)
+/// that already traces would write the same files.
+fn claim_the_process() -> Result<(), String> {
+    if let Some(other) = crate::single::other_tracer() {
+        let me = crate::preload::own_library_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "this copy".into());
+        return Err(format!(
+            "another rprof tool library ({}) already traces this process; {me} stays inactive",
+            other.display()
+        ));
+    }
+    crate::single::claim();
+    Ok(())
+}
+
+impl Session {
+    /// Opens the outputs and the signal pool, builds the engine and starts
+    /// its threads: the session, leaked for the rest of the process.
+    fn start(
+        rt: Runtime,
+        config: &TraceConfig,
+        agents: Vec<AgentInfo>,
+    ) -> Result<&'static Session, String> {
+        let kernels = Arc::new(KernelTable::new(NamePolicy::from_config(config)));
+        let sinks = open_outputs(config)
+            .map_err(|e| format!("cannot create the output files: {e}; {UNTRACED}"))?;
+        let pool_size = pool_size(config);
+        let pool = open_signal_pool(rt, pool_size)?;
+        let engine = Arc::new(Engine::new(engine_options(config, pool_size)));
+        let run = run_info::of_this_process();
+        let session: &'static Session = Box::leak(Box::new(Session {
+            rt,
+            engine: engine.clone(),
+            source: PoolSource::new(pool),
+            kernels: kernels.clone(),
+            agents: agents.clone(),
+            init_depth: AtomicI64::new(1),
+            queues: Mutex::new(HashMap::new()),
+            threads: Mutex::new(None),
+            finished: AtomicBool::new(false),
+            guard_thread: Mutex::new(None),
+            outputs: crate::report::output_files(config),
+            verbose: config.tuning.verbose,
+            passthrough: config.tuning.passthrough,
+            markers: rt.amd.version.major_id >= 2,
+        }));
+        let threads = threads::start(engine, RocrBackend::new(rt), sinks, kernels, run, agents)
+            .map_err(|e| format!("cannot start the tracing threads: {e}; {UNTRACED}"))?;
+        *lock(&session.threads) = Some(threads);
+        Ok(session)
+    }
+}
+
+/// The signal pool's size: the configured one, and at least the signals one
+/// dispatch takes at once (three when serialized).
+fn pool_size(config: &TraceConfig) -> u32 {
+    let per_dispatch = if config.serialize_kernels { 3 } else { 1 };
+    config.tuning.pool_size.max(per_dispatch)
+}
+
+/// The pool of timestamp signals, leaked for the rest of the process.
+fn open_signal_pool(
+    rt: Runtime,
+    capacity: u32,
+) -> Result<&'static SignalPool<RocrSignals>, String> {
+    let config = PoolConfig {
+        capacity,
+        batch: capacity.min(256),
+        initial_value: 1,
+    };
+    match SignalPool::new(RocrSignals::new(rt), config) {
+        Ok(p) => Ok(Box::leak(Box::new(p))),
+        Err(e) => Err(format!("cannot set up the signal pool: {e}; {UNTRACED}")),
+    }
+}
+
+/// The engine's options: serialization and the measurement knobs
+/// (docs/completion.md): who forwards the app's signal, and the completion
+/// thread's longest backoff sleep.
+fn engine_options(config: &TraceConfig, pool_size: u32) -> EngineOptions {
+    let mut options = EngineOptions {
+        max_in_flight: pool_size as usize,
+        serialize: config.serialize_kernels,
+        host_forwarding: config.tuning.host_forwarding,
+        ..EngineOptions::default()
+    };
+    if let Some(b) = config.tuning.max_backoff {
+        options.max_backoff = b;
+    }
+    options
+}
