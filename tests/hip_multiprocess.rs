@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use harness::artefacts::{hip_program, rprof};
+use harness::artefacts::{hip_program, rprof, run_checked};
 use harness::hip::run_traced;
 use harness::outputs::{
     check_outputs, check_pftrace, output_files, parse_launched, single_report, ProcessReport,
@@ -149,19 +149,13 @@ fn check_merged(merged: &Path, m: &MultiprocRun) {
 fn multiproc_traces_and_rprof_merge() {
     let m = multiproc("multiproc_merge", 150);
     let merged = m.dir.join("all.pftrace");
-    let o = Command::new(rprof())
-        .arg("merge")
-        .args(&m.traces)
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .expect("run rprof merge");
-    assert!(
-        o.status.success(),
-        "rprof merge failed: {}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    run_checked(
+        Command::new(rprof())
+            .arg("merge")
+            .args(&m.traces)
+            .arg("-o")
+            .arg(&merged),
+        "rprof merge",
     );
     check_merged(&merged, &m);
 }
@@ -182,18 +176,14 @@ fn two_runs_by_pid_merge() {
     assert_eq!((fa.program_dispatches(), fb.program_dispatches()), (64, 24));
     let (na, nb) = (fa.rows.len() as u64, fb.rows.len() as u64);
     let merged = a.dir.join("ab.pftrace");
-    let o = Command::new(rprof())
-        .arg("merge")
-        .arg(a.dir.join(format!("{}.pftrace", ra.pid)))
-        .arg(b.dir.join(format!("{}.pftrace", rb.pid)))
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .expect("run rprof merge");
-    assert!(
-        o.status.success(),
-        "rprof merge: {}",
-        String::from_utf8_lossy(&o.stderr)
+    run_checked(
+        Command::new(rprof())
+            .arg("merge")
+            .arg(a.dir.join(format!("{}.pftrace", ra.pid)))
+            .arg(b.dir.join(format!("{}.pftrace", rb.pid)))
+            .arg("-o")
+            .arg(&merged),
+        "rprof merge",
     );
     let s = check_pftrace(&merged);
     assert_eq!(s.kernel_slice_total, na + nb);

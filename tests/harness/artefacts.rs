@@ -276,15 +276,8 @@ pub fn hip_program(name: &str) -> PathBuf {
     build().emulator();
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let runtime = Runtime::selected();
-        let out = runtime.build_dir(&target_dir(), "hip-tests");
-        run_checked(
-            runtime
-                .tool("bash")
-                .arg(repo().join("hip-tests/build.sh"))
-                .arg(&out),
-            &format!("hip-tests/build.sh on ROCm {}", runtime.version()),
-        );
+        let out = Runtime::selected().build_dir(&target_dir(), "hip-tests");
+        build_script("hip-tests/build.sh", &out, &[]);
         out
     });
     let p = dir.join(name);
@@ -302,17 +295,27 @@ pub fn rpc_workload() -> &'static Path {
     PROGRAM.get_or_init(|| {
         let runtime = Runtime::selected();
         let out = runtime.build_dir(&target_dir(), "workloads");
-        run_checked(
-            runtime
-                .tool("bash")
-                .arg(repo().join("scripts/build-workloads.sh"))
-                .arg(&out)
-                .env("CLANG", runtime.kernel_clang())
-                .env("CXX", "g++"),
-            &format!("scripts/build-workloads.sh on ROCm {}", runtime.version()),
+        build_script(
+            "scripts/build-workloads.sh",
+            &out,
+            &[("CLANG", runtime.kernel_clang()), ("CXX", "g++")],
         );
         let program = out.join("rpc-doorbell");
         assert!(program.is_file() && out.join("rpc_kernels.hsaco").is_file());
         program
     })
+}
+
+/// Runs the repository's build script `script OUT` inside the selected
+/// runtime's root with `env`; fails the test with its output if it fails.
+fn build_script(script: &str, out: &Path, env: &[(&str, &str)]) {
+    let runtime = Runtime::selected();
+    run_checked(
+        runtime
+            .tool("bash")
+            .arg(repo().join(script))
+            .arg(out)
+            .envs(env.iter().copied()),
+        &format!("{script} on ROCm {}", runtime.version()),
+    );
 }
