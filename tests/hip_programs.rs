@@ -13,9 +13,7 @@ use std::collections::BTreeMap;
 
 use harness::artefacts::hip_program;
 use harness::hip::run_traced;
-use harness::outputs::{
-    check_outputs, output_files, single_report, summary, TraceFacts, RUNTIME_KERNEL_PREFIX,
-};
+use harness::outputs::{check_outputs, output_files, single_report, summary, TraceFacts};
 use harness::Runtime;
 
 /// Traces `program args` as `-o NAME` and runs every output check.
@@ -43,12 +41,7 @@ fn trace_and_check(label: &str, program: &str, args: &[&str]) -> TraceFacts {
 /// were captured from one stream, so they form a chain: each starts after
 /// the previous one ended (all on one queue).
 fn check_graph_order(f: &TraceFacts, k: usize, launches: usize) {
-    let mut rows: Vec<_> = f
-        .rows
-        .iter()
-        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
-        .collect();
-    rows.sort_by_key(|r| r.dispatch_id);
+    let rows = f.program_rows();
     assert_eq!(rows.len(), k * launches);
     for (n, r) in rows.iter().enumerate() {
         let expect = format!("void graph_node<{}>(int*, int)", (n % k) % 256);
@@ -115,12 +108,7 @@ fn graph_storm_default_51200() {
 fn multi_stream_events() {
     let f = trace_and_check("multi_stream", "multi_stream", &["4", "50"]);
     assert_eq!(f.program_dispatches(), 50 * (1 + 3 + 1));
-    let mut rows: Vec<_> = f
-        .rows
-        .iter()
-        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
-        .collect();
-    rows.sort_by_key(|r| r.dispatch_id);
+    let rows = f.program_rows();
     for (round, chunk) in rows.chunks(5).enumerate() {
         let names: Vec<&str> = chunk
             .iter()
@@ -232,11 +220,7 @@ fn run_threads(label: &str, env: &[(&str, &str)]) -> ThreadsRun {
     }
     assert_eq!(threads.len(), 4, "THREAD lines:\n{}", run.stdout);
 
-    let program_rows: Vec<_> = f
-        .rows
-        .iter()
-        .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
-        .collect();
+    let program_rows = f.program_rows();
     // Queue of each thread's stream (thread_work<index> runs only there).
     let mut queue_of_index = BTreeMap::new();
     for r in program_rows

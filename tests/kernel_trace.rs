@@ -322,17 +322,27 @@ fn overlaps(rows: &[Row]) -> usize {
 /// 100 µs kernels, so that unserialized kernels of several queues overlap.
 const LONG_KERNELS: (&str, &str) = ("RPROF_EMU_KERNEL_NS", "100000");
 
+/// `trace_app args` traced with `--serialize-kernels` (plus `env`): a
+/// complete trace of exactly `dispatches` kernels, no two overlapping.
+/// Returns the run.
+fn assert_serialized(label: &str, args: &[&str], env: &[(&str, &str)], dispatches: usize) -> Run {
+    let mut env = env.to_vec();
+    env.push(("RPROF_SERIALIZE_KERNELS", "1"));
+    let run = run_traced(label, args, Load::ToolsLib, &env);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), dispatches, "{label}");
+    assert_eq!(overlaps(&rows), 0, "{label}");
+    run
+}
+
 #[test]
 fn serialize_kernels_never_overlap_across_threads_and_queues() {
-    let run = run_traced(
+    let run = assert_serialized(
         "serialize-threads",
         &["threads", "4", "60"],
-        Load::ToolsLib,
-        &[("RPROF_SERIALIZE_KERNELS", "1"), LONG_KERNELS],
+        &[LONG_KERNELS],
+        240,
     );
-    let rows = assert_complete_trace(&run);
-    assert_eq!(rows.len(), 240);
-    assert_eq!(overlaps(&rows), 0);
     check_pftrace(&run.output(".pftrace"));
 }
 
@@ -353,54 +363,27 @@ fn without_serialization_kernels_run_concurrently() {
 
 #[test]
 fn serialize_kernels_shared_queue() {
-    let run = run_traced(
+    assert_serialized(
         "serialize-shared",
         &["shared", "3", "50"],
-        Load::ToolsLib,
-        &[("RPROF_SERIALIZE_KERNELS", "1"), LONG_KERNELS],
+        &[LONG_KERNELS],
+        150,
     );
-    let rows = assert_complete_trace(&run);
-    assert_eq!(rows.len(), 150);
-    assert_eq!(overlaps(&rows), 0);
 }
 
 #[test]
 fn serialize_kernels_with_backwards_cross_queue_dependencies_does_not_deadlock() {
-    let run = run_traced(
-        "serialize-crossdep",
-        &["crossdep", "40"],
-        Load::ToolsLib,
-        &[("RPROF_SERIALIZE_KERNELS", "1")],
-    );
-    let rows = assert_complete_trace(&run);
-    assert_eq!(rows.len(), 80);
-    assert_eq!(overlaps(&rows), 0);
+    assert_serialized("serialize-crossdep", &["crossdep", "40"], &[], 80);
 }
 
 #[test]
 fn serialize_kernels_queue_destroyed_with_work_pending() {
-    let run = run_traced(
-        "serialize-destroy",
-        &["destroy", "200"],
-        Load::ToolsLib,
-        &[("RPROF_SERIALIZE_KERNELS", "1")],
-    );
-    let rows = assert_complete_trace(&run);
-    assert_eq!(rows.len(), 200);
-    assert_eq!(overlaps(&rows), 0);
+    assert_serialized("serialize-destroy", &["destroy", "200"], &[], 200);
 }
 
 #[test]
 fn serialize_kernels_exit_mid_run() {
-    let run = run_traced(
-        "serialize-exit",
-        &["exit", "500"],
-        Load::ToolsLib,
-        &[("RPROF_SERIALIZE_KERNELS", "1")],
-    );
-    let rows = assert_complete_trace(&run);
-    assert_eq!(rows.len(), 500);
-    assert_eq!(overlaps(&rows), 0);
+    assert_serialized("serialize-exit", &["exit", "500"], &[], 500);
 }
 
 #[test]

@@ -363,6 +363,18 @@ impl TraceFacts {
         self.rows.len() as u64 - self.runtime_kernels
     }
 
+    /// The program's own dispatches (the HIP runtime's kernels left out),
+    /// in dispatch-id order.
+    pub fn program_rows(&self) -> Vec<&CsvDispatch> {
+        let mut rows: Vec<&CsvDispatch> = self
+            .rows
+            .iter()
+            .filter(|r| !r.kernel_name.starts_with(RUNTIME_KERNEL_PREFIX))
+            .collect();
+        rows.sort_by_key(|r| r.dispatch_id);
+        rows
+    }
+
     /// Names of the program's own kernels in the trace.
     pub fn program_kernel_names(&self) -> usize {
         self.per_name
