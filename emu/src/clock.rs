@@ -13,24 +13,15 @@ pub const GPU_CLOCK_HZ: u64 = SYSTEM_CLOCK_HZ / NS_PER_GPU_TICK;
 /// Offset added to the GPU counter so that it never equals the system clock.
 pub const GPU_TICK_OFFSET: u64 = 5_000_000_000;
 
-fn read_clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and `id` is a clock id every Linux kernel supports.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `CLOCK_BOOTTIME` in nanoseconds: the emulator's time base and the system clock.
+/// `CLOCK_BOOTTIME` in nanoseconds: the emulator's time base and the system clock (the same clock the tracer
+/// stamps records with, read by `rprof-abi`).
 pub fn now_ns() -> u64 {
-    read_clock(libc::CLOCK_BOOTTIME)
+    rprof_abi::clock::boottime_ns()
 }
 
 /// `CLOCK_MONOTONIC_RAW` in nanoseconds (the "CPU clock" of `HsaClockCounters`).
 pub fn cpu_ns() -> u64 {
-    read_clock(libc::CLOCK_MONOTONIC_RAW)
+    rprof_abi::clock::now_ns(rprof_abi::clock::Clock::MonotonicRaw)
 }
 
 /// GPU ticks at system time `ns`.

@@ -45,7 +45,7 @@
 
 mod completion;
 pub mod ids;
-pub mod packet;
+mod ring;
 mod wake;
 mod writer;
 
@@ -58,7 +58,8 @@ use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
-pub use packet::{hardware_ring_takes, hardware_slots, RawPacket};
+pub use ring::{hardware_ring_takes, hardware_slots};
+pub use rprof_abi::packet::RawPacket;
 pub use wake::{SleepKind, Wake};
 pub use writer::{KernelNames, WriterOutcome};
 

@@ -602,15 +602,7 @@ fn bench_interceptor_cost_per_dispatch() {
     let pkt_plain = kernel_packet(1, 0);
     let pkt_signal = kernel_packet(2, 3000);
     let mut buf: Vec<RawPacket> = Vec::with_capacity(4);
-    let thread_cpu = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid timespec out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
+    let thread_cpu = || rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
     let cpu0 = thread_cpu();
     let t0 = Instant::now();
     for i in 0..CALLS {
