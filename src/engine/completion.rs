@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use super::{
     boottime_ns, clamp_times, CompletionBackend, DispatchSignal, Engine, GateState, InFlight,
-    SerialGate, SleepKind, STOP_COMPLETION,
+    SerialGate, STOP_COMPLETION,
 };
 use crate::record::Record;
+use crate::wait::{Doubling, Pace, SleepKind, Wait};
 
 /// Longest a parked completion thread sleeps before looking again (it is
 /// normally woken by the interceptor when work arrives).
@@ -21,6 +22,12 @@ const PARK_TIMEOUT: Duration = Duration::from_millis(50);
 const SERIAL_YIELD_ROUNDS: u32 = 32;
 /// Nap while serialized dispatches wait and nothing changes.
 const SERIAL_NAP: Duration = Duration::from_micros(20);
+/// The serialized / host-forwarded idle schedule.
+const SERIAL_PACE: Pace = Pace::new(SERIAL_YIELD_ROUNDS, SERIAL_NAP);
+/// How the completion thread waits for room in the record queue: 15
+/// yields, then naps of 100 µs (bounded by [`super::WRITER_STALL`] without
+/// writer progress).
+const RECORD_PUSH_PACE: Pace = Pace::new(15, Duration::from_micros(100));
 /// How many of the oldest in-flight dispatches an ordinary pass reads.
 const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
@@ -110,9 +117,10 @@ impl<S: DispatchSignal> Engine<S> {
         let mut tracked: VecDeque<InFlight<S>> = VecDeque::with_capacity(self.pending.capacity());
         let mut pass = 0u32;
         let mut serializer = Serializer::default();
-        let min_sleep = self.options.min_backoff.min(self.options.max_backoff);
-        let mut sleep = min_sleep;
+        let mut backoff = Doubling::new(self.options.min_backoff, self.options.max_backoff);
+        let min_sleep = backoff.min();
         let mut serial_idle = 0u32;
+        let sleeper = self.completion_wake.sleeper();
         loop {
             // Take what is published, but leave the newest entry to the next
             // pass: `ArrayQueue::pop` spins on a slot whose push has been
@@ -239,7 +247,7 @@ impl<S: DispatchSignal> Engine<S> {
             let serial_changed =
                 self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
             if done > 0 || dropped > 0 || serial_changed {
-                sleep = min_sleep;
+                backoff.reset();
                 serial_idle = 0;
                 if latency_bound {
                     continue;
@@ -249,37 +257,31 @@ impl<S: DispatchSignal> Engine<S> {
                 // do not depend on when they are read, and nobody but rprof
                 // waits on these signals.
                 if !self.urgent.swap(false, Ordering::AcqRel) {
-                    self.completion_wake
-                        .sleep(SleepKind::Backoff, min_sleep, || {
-                            self.urgent.load(Ordering::Acquire)
-                        });
+                    sleeper.sleep(SleepKind::Backoff, min_sleep, || {
+                        self.urgent.load(Ordering::Acquire)
+                    });
                 }
                 continue;
             }
             if tracked.is_empty() {
-                self.completion_wake
-                    .sleep(SleepKind::Parked, PARK_TIMEOUT, || {
-                        !self.pending.is_empty()
-                            || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-                                && (!self.records_closed.load(Ordering::Acquire)
-                                    || !self.keep_guard.load(Ordering::Acquire)))
-                    });
-                sleep = min_sleep;
+                sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
+                    !self.pending.is_empty()
+                        || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+                            && (!self.records_closed.load(Ordering::Acquire)
+                                || !self.keep_guard.load(Ordering::Acquire)))
+                });
+                backoff.reset();
             } else if latency_bound {
                 // Gaps between serialized kernels, and the app's view of a
                 // host-forwarded signal, are this thread's latency.
                 serial_idle += 1;
-                if serial_idle < SERIAL_YIELD_ROUNDS {
-                    std::thread::yield_now();
-                } else {
-                    self.completion_wake
-                        .sleep(SleepKind::Backoff, SERIAL_NAP, || !self.pending.is_empty());
-                }
+                sleeper.pause(SERIAL_PACE, serial_idle, SleepKind::Backoff, || {
+                    !self.pending.is_empty()
+                });
             } else {
-                self.completion_wake.sleep(SleepKind::Backoff, sleep, || {
+                sleeper.sleep(SleepKind::Backoff, backoff.step(), || {
                     self.urgent.load(Ordering::Acquire)
                 });
-                sleep = (sleep * 2).min(self.options.max_backoff);
             }
         }
     }
@@ -337,9 +339,8 @@ impl<S: DispatchSignal> Engine<S> {
         queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         queue.slots.fetch_sub(slots, Ordering::AcqRel);
         let mut rec = Record::Dispatch(record);
-        let mut waited = 0u32;
         let mut seen = self.writer_progress.load(Ordering::Acquire);
-        let mut since = None::<std::time::Instant>;
+        let mut wait = None::<Wait>;
         loop {
             match self.records.push(rec) {
                 Ok(()) => break,
@@ -356,21 +357,16 @@ impl<S: DispatchSignal> Engine<S> {
                     // for WRITER_STALL is stuck: drop instead of waiting.
                     rec = back;
                     self.writer_wake.notify();
+                    let wait = wait.get_or_insert_with(|| {
+                        Wait::with_timeout(super::WRITER_STALL, RECORD_PUSH_PACE)
+                    });
                     let now_seen = self.writer_progress.load(Ordering::Acquire);
                     if now_seen != seen {
                         seen = now_seen;
-                        since = None;
+                        wait.renew(std::time::Instant::now() + super::WRITER_STALL);
                     }
-                    let start = *since.get_or_insert_with(std::time::Instant::now);
-                    if start.elapsed() >= super::WRITER_STALL {
+                    if !wait.pause() {
                         self.writer_stalled.store(true, Ordering::Release);
-                        continue;
-                    }
-                    waited += 1;
-                    if waited < 16 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(100));
                     }
                 }
             }

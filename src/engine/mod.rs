@@ -46,7 +46,6 @@
 mod completion;
 pub mod ids;
 mod ring;
-mod wake;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -60,10 +59,10 @@ use smallvec::SmallVec;
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
 pub use ring::{hardware_ring_takes, hardware_slots};
 pub use rprof_abi::packet::RawPacket;
-pub use wake::{SleepKind, Wake};
 pub use writer::{KernelNames, WriterOutcome};
 
 use crate::record::{DispatchRecord, InterceptRecord, Record, RunMetadata};
+use crate::wait::{poll_until, Pace, Wait, WakePoint};
 
 /// A timestamp signal owned by one in-flight dispatch. Dropping it gives it
 /// back to wherever it came from (the signal pool).
@@ -392,14 +391,14 @@ pub struct Engine<S> {
     pending: ArrayQueue<InFlight<S>>,
     in_flight: AtomicU64,
     records: ArrayQueue<Record>,
-    completion_wake: Wake,
+    completion_wake: WakePoint,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,
     /// The writer thread is gone (panicked).
     writer_gone: AtomicBool,
     /// The completion thread is gone (panicked).
     completion_gone: AtomicBool,
-    writer_wake: Wake,
+    writer_wake: WakePoint,
     counters: EngineCounters,
     state: AtomicU8,
     /// Reusable storage for batches larger than the inline capacities.
@@ -430,15 +429,25 @@ pub const WRITER_STALL: Duration = Duration::from_secs(2);
 /// Joins `handle` if its thread ends within `timeout`; otherwise leaves it
 /// running (detached) and returns `None`. Teardown never blocks longer.
 pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
-    let start = Instant::now();
-    while !handle.is_finished() {
-        if start.elapsed() >= timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_micros(500));
+    let finished = poll_until(Instant::now() + timeout, JOIN_PACE, || handle.is_finished());
+    if !finished {
+        return None;
     }
     handle.join().ok()
 }
+
+/// How [`join_within`] polls a thread: naps of 0.5 ms.
+const JOIN_PACE: Pace = Pace::naps(Duration::from_micros(500));
+/// How an interceptor waits for ring space or signals: 64 yields, then
+/// naps of 50 µs (each round may wake the completion thread).
+const INTERCEPTOR_PACE: Pace = Pace::new(64, Duration::from_micros(50));
+/// How shutdown waits for interceptor calls in progress.
+const CALLS_PACE: Pace = Pace::naps(Duration::from_micros(50));
+/// How shutdown waits for the dispatches in flight (waking the completion
+/// thread every round).
+const DRAIN_PACE: Pace = Pace::naps(Duration::from_micros(200));
+/// How an app thread retries a full queue: yields only, until its deadline.
+const PUSH_PACE: Pace = Pace::new(u32::MAX, Duration::ZERO);
 
 /// Decrements a counter when dropped (also on unwinding).
 struct CountedCall<'a>(&'a AtomicU64);
@@ -458,11 +467,11 @@ impl<S: DispatchSignal> Engine<S> {
             pending: ArrayQueue::new(options.max_in_flight.max(1)),
             in_flight: AtomicU64::new(0),
             records: ArrayQueue::new(options.record_queue.max(2)),
-            completion_wake: Wake::new(),
+            completion_wake: WakePoint::new(),
             urgent: AtomicBool::new(false),
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),
-            writer_wake: Wake::new(),
+            writer_wake: WakePoint::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),
             spares: ArrayQueue::new(SPARE_BATCHES),
@@ -914,10 +923,9 @@ impl<S: DispatchSignal> Engine<S> {
         // submits what fits of it and the rest after a retry barrier).
         let low_water = queue.slot_limit - queue.slot_limit / 8;
         let target = low_water.saturating_sub(need);
-        let start = Instant::now();
-        let mut progress = start;
+        let mut wait = Wait::with_timeout(self.options.pool_wait, INTERCEPTOR_PACE);
+        let mut progress = Instant::now();
         let mut last = queue.slots_in_use();
-        let mut rounds = 0u32;
         loop {
             let now_in_use = queue.slots_in_use();
             if now_in_use <= target {
@@ -931,17 +939,12 @@ impl<S: DispatchSignal> Engine<S> {
                 last = now_in_use;
                 progress = Instant::now();
             }
-            if progress.elapsed() >= RING_STALL || start.elapsed() >= self.options.pool_wait {
+            if progress.elapsed() >= RING_STALL || wait.expired() {
                 queue.ring_wait_gave_up.store(true, Ordering::Release);
                 return queue.slots_in_use() + need <= queue.slot_limit;
             }
-            self.wake_urgently(rounds);
-            if rounds < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            rounds += 1;
+            self.wake_urgently(wait.rounds());
+            wait.pause();
         }
     }
 
@@ -957,8 +960,7 @@ impl<S: DispatchSignal> Engine<S> {
         source: &dyn SignalSource<S>,
         got: &mut SmallVec<[S; BATCH_INLINE_DISPATCHES]>,
     ) {
-        let mut start: Option<Instant> = None;
-        let mut rounds = 0u32;
+        let mut wait: Option<Wait> = None;
         loop {
             while got.len() < count {
                 match source.try_acquire() {
@@ -969,24 +971,21 @@ impl<S: DispatchSignal> Engine<S> {
             if got.len() == count {
                 return;
             }
-            let started = *start.get_or_insert_with(Instant::now);
+            let wait = wait.get_or_insert_with(|| {
+                Wait::with_timeout(self.options.pool_wait, INTERCEPTOR_PACE)
+            });
             // A batch larger than the whole pool can never be served whole:
             // trace what fits, the rest passes through (counted lost).
             if count > source.capacity()
                 || source.never_available()
-                || started.elapsed() >= self.options.pool_wait
+                || wait.expired()
                 || !self.is_tracing()
             {
                 return;
             }
             got.clear();
-            self.wake_urgently(rounds);
-            if rounds < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            rounds += 1;
+            self.wake_urgently(wait.rounds());
+            wait.pause();
         }
     }
 
@@ -1028,15 +1027,15 @@ impl<S: DispatchSignal> Engine<S> {
         let deadline = Instant::now() + timeout;
         // Calls that passed the tracing check before it changed add their
         // dispatches to the in-flight count shortly; wait for them first.
-        while self.recording_calls.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        while self.in_flight() > 0
-            && Instant::now() < deadline
-            && !self.completion_gone.load(Ordering::Acquire)
-        {
+        poll_until(deadline, CALLS_PACE, || {
+            self.recording_calls.load(Ordering::SeqCst) == 0
+        });
+        let mut wait = Wait::until(deadline, DRAIN_PACE);
+        while self.in_flight() > 0 && !self.completion_gone.load(Ordering::Acquire) {
             self.completion_wake.notify();
-            std::thread::sleep(Duration::from_micros(200));
+            if !wait.pause() {
+                break;
+            }
         }
         let left = self.in_flight();
         self.state.fetch_max(STOP_COMPLETION, Ordering::AcqRel);
@@ -1127,13 +1126,15 @@ fn push_bounded<T>(
         Ok(()) => return Ok(()),
         Err(back) => back,
     };
+    let mut wait = Wait::until(deadline, PUSH_PACE);
     loop {
         wake();
-        std::thread::yield_now();
+        if !wait.pause() {
+            return queue.push(item);
+        }
         match queue.push(item) {
             Ok(()) => return Ok(()),
-            Err(back) if Instant::now() < deadline => item = back,
-            Err(back) => return Err(back),
+            Err(back) => item = back,
         }
     }
 }
