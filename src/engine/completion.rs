@@ -10,7 +10,7 @@ use super::{
     SerialGate, STOP_COMPLETION,
 };
 use crate::record::Record;
-use crate::wait::{Doubling, Pace, SleepKind, Wait};
+use crate::wait::{Doubling, Pace, SleepKind, Sleeper, Wait};
 
 /// Longest a parked completion thread sleeps before looking again (it is
 /// normally woken by the interceptor when work arrives).
@@ -106,10 +106,44 @@ impl Serializer {
     }
 }
 
+/// What one pass found among the tracked dispatches.
+struct Scan {
+    /// Finished dispatches, moved to the front of the tracked list.
+    done: usize,
+    /// The pass read every tracked signal.
+    full: bool,
+    /// Someone waits for this thread: a serialized dispatch for its grant,
+    /// or the app for a signal forwarded by the host.
+    latency_bound: bool,
+}
+
+/// What shutdown asks of the completion loop after a pass.
+enum AfterStop {
+    /// Not stopping (or still recycling for the ring guard): go on.
+    Run,
+    /// Recorded dispatches just settled and the guard stays: next pass.
+    Again,
+    /// Everything forgotten: the thread returns.
+    Return,
+}
+
+/// The completion thread's idle schedule between passes.
+struct Idle {
+    /// Sleep between polls while dispatches are in flight and none completes.
+    backoff: Doubling,
+    /// Idle passes while someone waits for this thread.
+    serial_idle: u32,
+}
+
 impl<S: DispatchSignal> Engine<S> {
     /// The completion loop. Returns after [`Engine::begin_shutdown`], once
     /// everything still tracked has been processed or given up on (counted
     /// as lost).
+    ///
+    /// Each pass: take what interceptors published, find what finished
+    /// (the oldest few, or everything on a full pass), retire it, drop what
+    /// destroyed queues left, settle at shutdown, let serialized kernels
+    /// through, then rest by the idle schedule.
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
         // In submission order; finished entries are moved to the front and
         // popped, so a pass moves only what finished (a `Vec` would shift
@@ -117,172 +151,237 @@ impl<S: DispatchSignal> Engine<S> {
         let mut tracked: VecDeque<InFlight<S>> = VecDeque::with_capacity(self.pending.capacity());
         let mut pass = 0u32;
         let mut serializer = Serializer::default();
-        let mut backoff = Doubling::new(self.options.min_backoff, self.options.max_backoff);
-        let min_sleep = backoff.min();
-        let mut serial_idle = 0u32;
+        let mut idle = Idle {
+            backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
+            serial_idle: 0,
+        };
         let sleeper = self.completion_wake.sleeper();
         loop {
-            // Take what is published, but leave the newest entry to the next
-            // pass: `ArrayQueue::pop` spins on a slot whose push has been
-            // claimed and not yet written, and an app thread preempted in
-            // that window (a core shared with the device and the app) made
-            // this thread spin for its time slice. A lone entry is taken.
-            let available = self.pending.len();
-            let take = if available > 1 {
-                available - 1
-            } else {
-                available
-            };
-            for _ in 0..take {
-                match self.pending.pop() {
-                    Some(e) => tracked.push_back(e),
-                    None => break,
-                }
-            }
-            // Find the finished ones first, then read the clock: every
-            // dispatch counted here ended before `observed`. Dispatches of a
-            // destroyed queue that did not finish never will.
-            //
-            // Dispatches finish roughly in submission order, so an ordinary
-            // pass reads only the oldest SCAN_WINDOW signals (reading all of
-            // several thousand in-flight signals every pass was this
-            // thread's main cost); later ones are found by a later pass,
-            // which moves no timestamp. Every FULL_SCAN_EVERY-th pass, and
-            // whenever an interceptor waits for signals or ring space, a
-            // pass reads everything; so do serialized and host-forwarded
-            // runs, where someone waits for each dispatch.
-            let waited_for = self.options.serialize || self.options.host_forwarding;
-            let full_scan =
-                waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+            self.take_published(&mut tracked);
+            let scan = self.scan(backend, &mut tracked, pass);
             pass = pass.wrapping_add(1);
-            let limit = if full_scan {
-                tracked.len()
+            self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
+            let dropped = if scan.full {
+                self.drop_destroyed(&mut tracked, &mut serializer)
             } else {
-                tracked.len().min(SCAN_WINDOW)
+                0
             };
-            let mut done = 0;
-            let mut dropped = 0;
-            // Someone waits for this thread: a serialized dispatch for its
-            // grant, or the app for a signal forwarded by the host.
-            let mut latency_bound = false;
-            for i in 0..limit {
-                if backend.signal_value(tracked[i].signal.handle()) <= 0 {
-                    tracked.swap(i, done);
-                    done += 1;
-                } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
-                    latency_bound = true;
-                }
-            }
-            if done > 0 {
-                let observed = boottime_ns();
-                for entry in tracked.drain(..done) {
-                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
-                    self.complete(backend, entry, observed);
-                }
-            }
-            // Destroyed queues are rare: look for their leftovers on full
-            // passes only (the destroy hook waits for them with a timeout).
-            let mut i = 0;
-            while full_scan && i < tracked.len() {
-                if tracked[i].queue.destroyed.load(Ordering::Acquire) {
-                    let Some(entry) = tracked.swap_remove_back(i) else {
-                        break;
-                    };
-                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
-                    self.abandon(entry);
-                    dropped += 1;
-                } else {
-                    i += 1;
-                }
-            }
-            let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
-            if stopping
-                && self.records_closed.load(Ordering::Acquire)
-                && !self.keep_guard.load(Ordering::Acquire)
-            {
-                // The guard after the stop ended (the runtime shuts down):
-                // forget what is still tracked (unrecorded) and return.
-                tracked.drain(..).for_each(InFlight::abandon);
-                return;
-            }
-            if stopping && !self.records_closed.load(Ordering::Acquire) {
-                // Everything published so far, including the newest entry.
-                while let Some(e) = self.pending.pop() {
-                    tracked.push_back(e);
-                }
-                // Recorded dispatches still running will not be waited for:
-                // counted lost. With the guard kept after the stop they stay
-                // tracked (unrecorded) until they finish, so their slots and
-                // signals come back; otherwise they are forgotten.
-                let keep = self.keep_guard.load(Ordering::Acquire);
-                let mut left = 0u64;
-                let mut i = 0;
-                while i < tracked.len() {
-                    if !tracked[i].recorded {
-                        i += 1;
-                        continue;
-                    }
-                    left += 1;
-                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    if keep {
-                        tracked[i].recorded = false;
-                        i += 1;
-                        continue;
-                    }
-                    let Some(entry) = tracked.swap_remove_back(i) else {
-                        break;
-                    };
-                    entry.abandon();
-                }
-                self.count_lost(left);
-                self.records_closed.store(true, Ordering::Release);
-                self.writer_wake.notify();
-                if !keep {
-                    // Unrecorded leftovers: forgotten as well.
-                    tracked.drain(..).for_each(InFlight::abandon);
-                    return;
-                }
-                continue;
+            match self.settle_at_stop(&mut tracked) {
+                AfterStop::Run => {}
+                AfterStop::Again => continue,
+                AfterStop::Return => return,
             }
             let serial_changed =
                 self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
-            if done > 0 || dropped > 0 || serial_changed {
-                backoff.reset();
-                serial_idle = 0;
-                if latency_bound {
-                    continue;
-                }
-                // An interceptor waits for ring space or signals: look again
-                // at once. Otherwise let completions accumulate: timestamps
-                // do not depend on when they are read, and nobody but rprof
-                // waits on these signals.
-                if !self.urgent.swap(false, Ordering::AcqRel) {
-                    sleeper.sleep(SleepKind::Backoff, min_sleep, || {
-                        self.urgent.load(Ordering::Acquire)
-                    });
-                }
+            let progress = scan.done > 0 || dropped > 0 || serial_changed;
+            self.rest(&sleeper, &mut idle, progress, &scan, tracked.is_empty());
+        }
+    }
+
+    /// Takes what is published, but leaves the newest entry to the next
+    /// pass: `ArrayQueue::pop` spins on a slot whose push has been claimed
+    /// and not yet written, and an app thread preempted in that window (a
+    /// core shared with the device and the app) made this thread spin for
+    /// its time slice. A lone entry is taken.
+    fn take_published(&self, tracked: &mut VecDeque<InFlight<S>>) {
+        let available = self.pending.len();
+        let take = if available > 1 {
+            available - 1
+        } else {
+            available
+        };
+        for _ in 0..take {
+            match self.pending.pop() {
+                Some(e) => tracked.push_back(e),
+                None => break,
+            }
+        }
+    }
+
+    /// Finds the finished dispatches and moves them to the front.
+    ///
+    /// Dispatches finish roughly in submission order, so an ordinary pass
+    /// reads only the oldest SCAN_WINDOW signals (reading all of several
+    /// thousand in-flight signals every pass was this thread's main cost);
+    /// later ones are found by a later pass, which moves no timestamp. Every
+    /// FULL_SCAN_EVERY-th pass, and whenever an interceptor waits for
+    /// signals or ring space, a pass reads everything; so do serialized and
+    /// host-forwarded runs, where someone waits for each dispatch.
+    fn scan(
+        &self,
+        backend: &dyn CompletionBackend,
+        tracked: &mut VecDeque<InFlight<S>>,
+        pass: u32,
+    ) -> Scan {
+        let waited_for = self.options.serialize || self.options.host_forwarding;
+        let full = waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+        let limit = if full {
+            tracked.len()
+        } else {
+            tracked.len().min(SCAN_WINDOW)
+        };
+        let mut done = 0;
+        let mut latency_bound = false;
+        for i in 0..limit {
+            if backend.signal_value(tracked[i].signal.handle()) <= 0 {
+                tracked.swap(i, done);
+                done += 1;
+            } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
+                latency_bound = true;
+            }
+        }
+        Scan {
+            done,
+            full,
+            latency_bound,
+        }
+    }
+
+    /// Retires the `done` finished dispatches at the front. The clock is
+    /// read after finding them: every one of them ended before `observed`.
+    fn retire_finished(
+        &self,
+        backend: &dyn CompletionBackend,
+        tracked: &mut VecDeque<InFlight<S>>,
+        serializer: &mut Serializer,
+        done: usize,
+    ) {
+        if done == 0 {
+            return;
+        }
+        let observed = boottime_ns();
+        for entry in tracked.drain(..done) {
+            serializer.release(entry.record.agent_index, entry.serial.as_ref());
+            self.complete(backend, entry, observed);
+        }
+    }
+
+    /// Drops the dispatches of destroyed queues (they never finish).
+    /// Destroyed queues are rare: full passes only (the destroy hook waits
+    /// for them with a timeout). Returns how many were dropped.
+    fn drop_destroyed(
+        &self,
+        tracked: &mut VecDeque<InFlight<S>>,
+        serializer: &mut Serializer,
+    ) -> usize {
+        let mut dropped = 0;
+        let mut i = 0;
+        while i < tracked.len() {
+            if tracked[i].queue.destroyed.load(Ordering::Acquire) {
+                let Some(entry) = tracked.swap_remove_back(i) else {
+                    break;
+                };
+                serializer.release(entry.record.agent_index, entry.serial.as_ref());
+                self.abandon(entry);
+                dropped += 1;
+            } else {
+                i += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Shutdown's part of a pass: once stopping, settle the recorded
+    /// dispatches (counted lost if still running) and close the records;
+    /// forget everything when the guard is not kept (or no longer).
+    fn settle_at_stop(&self, tracked: &mut VecDeque<InFlight<S>>) -> AfterStop {
+        if self.state.load(Ordering::Acquire) < STOP_COMPLETION {
+            return AfterStop::Run;
+        }
+        if self.records_closed.load(Ordering::Acquire) {
+            if self.keep_guard.load(Ordering::Acquire) {
+                return AfterStop::Run;
+            }
+            // The guard after the stop ended (the runtime shuts down):
+            // forget what is still tracked (unrecorded) and return.
+            tracked.drain(..).for_each(InFlight::abandon);
+            return AfterStop::Return;
+        }
+        // Everything published so far, including the newest entry.
+        while let Some(e) = self.pending.pop() {
+            tracked.push_back(e);
+        }
+        // Recorded dispatches still running will not be waited for: counted
+        // lost. With the guard kept after the stop they stay tracked
+        // (unrecorded) until they finish, so their slots and signals come
+        // back; otherwise they are forgotten.
+        let keep = self.keep_guard.load(Ordering::Acquire);
+        let mut left = 0u64;
+        let mut i = 0;
+        while i < tracked.len() {
+            if !tracked[i].recorded {
+                i += 1;
                 continue;
             }
-            if tracked.is_empty() {
-                sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
-                    !self.pending.is_empty()
-                        || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-                            && (!self.records_closed.load(Ordering::Acquire)
-                                || !self.keep_guard.load(Ordering::Acquire)))
-                });
-                backoff.reset();
-            } else if latency_bound {
-                // Gaps between serialized kernels, and the app's view of a
-                // host-forwarded signal, are this thread's latency.
-                serial_idle += 1;
-                sleeper.pause(SERIAL_PACE, serial_idle, SleepKind::Backoff, || {
-                    !self.pending.is_empty()
-                });
-            } else {
-                sleeper.sleep(SleepKind::Backoff, backoff.step(), || {
+            left += 1;
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            if keep {
+                tracked[i].recorded = false;
+                i += 1;
+                continue;
+            }
+            let Some(entry) = tracked.swap_remove_back(i) else {
+                break;
+            };
+            entry.abandon();
+        }
+        self.count_lost(left);
+        self.records_closed.store(true, Ordering::Release);
+        self.writer_wake.notify();
+        if keep {
+            return AfterStop::Again;
+        }
+        // Unrecorded leftovers: forgotten as well.
+        tracked.drain(..).for_each(InFlight::abandon);
+        AfterStop::Return
+    }
+
+    /// Rests between passes. After progress: at once when someone waits
+    /// for this thread or an interceptor asked, else the shortest backoff.
+    /// Idle: park when nothing is tracked; yield, then nap, while someone
+    /// waits; else a backoff that doubles up to `max_backoff`.
+    fn rest(
+        &self,
+        sleeper: &Sleeper<'_>,
+        idle: &mut Idle,
+        progress: bool,
+        scan: &Scan,
+        nothing_tracked: bool,
+    ) {
+        if progress {
+            idle.backoff.reset();
+            idle.serial_idle = 0;
+            if scan.latency_bound {
+                return;
+            }
+            // An interceptor waits for ring space or signals: look again at
+            // once. Otherwise let completions accumulate: timestamps do not
+            // depend on when they are read, and nobody but rprof waits on
+            // these signals.
+            if !self.urgent.swap(false, Ordering::AcqRel) {
+                sleeper.sleep(SleepKind::Backoff, idle.backoff.min(), || {
                     self.urgent.load(Ordering::Acquire)
                 });
             }
+        } else if nothing_tracked {
+            sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
+                !self.pending.is_empty()
+                    || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+                        && (!self.records_closed.load(Ordering::Acquire)
+                            || !self.keep_guard.load(Ordering::Acquire)))
+            });
+            idle.backoff.reset();
+        } else if scan.latency_bound {
+            // Gaps between serialized kernels, and the app's view of a
+            // host-forwarded signal, are this thread's latency.
+            idle.serial_idle += 1;
+            sleeper.pause(SERIAL_PACE, idle.serial_idle, SleepKind::Backoff, || {
+                !self.pending.is_empty()
+            });
+        } else {
+            sleeper.sleep(SleepKind::Backoff, idle.backoff.step(), || {
+                self.urgent.load(Ordering::Acquire)
+            });
         }
     }
 

@@ -10,7 +10,7 @@ use hsa_sys::{
 };
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const SIGNALS: usize = 4096;
 
@@ -70,6 +70,11 @@ impl FakePool {
         }
         FakePool { signals, free, cap }
     }
+
+    /// Signals on the free list now.
+    fn available(&self) -> usize {
+        self.free.len()
+    }
 }
 
 impl SignalSource<FakeSignal> for FakePool {
@@ -79,9 +84,6 @@ impl SignalSource<FakeSignal> for FakePool {
             signals: self.signals.clone(),
             free: self.free.clone(),
         })
-    }
-    fn available(&self) -> usize {
-        self.free.len()
     }
     fn capacity(&self) -> usize {
         self.cap
@@ -1254,9 +1256,6 @@ impl SignalSource<FakeSignal> for StallingSource {
             std::thread::sleep(Duration::from_millis(300));
         }
         self.inner.try_acquire()
-    }
-    fn available(&self) -> usize {
-        self.inner.available()
     }
     fn capacity(&self) -> usize {
         self.inner.capacity()
