@@ -112,8 +112,8 @@ pub struct InFlight<S> {
     pub serial: Option<SerialGate<S>>,
     /// Whether the dispatch is recorded. Dispatches submitted after
     /// recording stopped are still rewritten and tracked, only so that the
-    /// ring guard keeps working (see [`Engine::keep_guard_after_stop`]);
-    /// they produce no record and are not counted in [`Engine::in_flight`].
+    /// ring guard keeps working (see [`Engine::keep_guard_after_stop`](super::Engine::keep_guard_after_stop));
+    /// they produce no record and are not counted in [`Engine::in_flight`](super::Engine::in_flight).
     pub recorded: bool,
 }
 

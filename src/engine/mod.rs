@@ -10,7 +10,7 @@
 //!    signal, a BARRIER_AND packet with the barrier bit set follows the kernel
 //!    and completes it (device-side forwarding). Every other packet passes
 //!    through untouched. The whole batch goes to the runtime's writer in one
-//!    call, then one [`InterceptRecord`] goes to the writer thread and each
+//!    call, then one [`InterceptRecord`](crate::record::InterceptRecord) goes to the writer thread and each
 //!    dispatch becomes an [`InFlight`] entry on a bounded lock-free queue.
 //! 2. One completion thread ([`Engine::run_completion`]) polls the signals of
 //!    the in-flight dispatches through a [`CompletionBackend`], with adaptive
@@ -42,6 +42,22 @@
 //! The runtime-facing side (the signal pool's provider, reading signal values
 //! and dispatch times) is abstracted as [`SignalSource`] and
 //! [`CompletionBackend`], so this module is tested with a simulated device.
+//!
+//! Modules, one concern each:
+//! - `batch`: the interceptor's rewrite ([`Engine::intercept`],
+//!   [`PacketBatch`]); `ring`: the ring guard and ROCr's intercept-queue
+//!   arithmetic; `inflight`: what a running dispatch holds
+//!   ([`QueueContext`], [`InFlight`], [`SerialGate`]);
+//! - `completion`: the completion thread; `writer`: the writer thread and
+//!   the sinks' failure bookkeeping; [`ids`]: ids, thread id, clock.
+//! - This file: the shared [`Engine`] state, its options and its lifecycle
+//!   (shutdown, fork, failed threads).
+//!
+//! The engine owns the path from an intercepted write to the sinks. It must
+//! not call the runtime (no FFI: the tool implements [`SignalSource`] and
+//! [`CompletionBackend`]), must not know packet layouts (they are
+//! `rprof-abi`'s [`RawPacket`]), and waits only through [`crate::wait`]
+//! (bounded).
 
 mod batch;
 mod completion;
