@@ -397,13 +397,16 @@ impl<S: DispatchSignal> Engine<S> {
         drop(entry);
     }
 
+    /// Retires one finished dispatch: forwards the app's signal (host
+    /// forwarding), reads and clamps its times, gives its signals and ring
+    /// slots back, and hands its record to the writer.
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
         let slots = entry.slots();
+        if entry.host_forward != 0 {
+            backend.forward(entry.host_forward);
+        }
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing.
-            if entry.host_forward != 0 {
-                backend.forward(entry.host_forward);
-            }
             entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
             entry.queue.slots.fetch_sub(slots, Ordering::AcqRel);
             drop(entry);
@@ -414,66 +417,71 @@ impl<S: DispatchSignal> Engine<S> {
             queue,
             signal,
             serial,
-            host_forward,
             ..
         } = entry;
-        if host_forward != 0 {
-            backend.forward(host_forward);
-        }
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).
         drop(signal);
         drop(serial);
-        let ((start, end), start_moved, end_moved) =
-            clamp_times(record.enqueue_ns, observed, times);
+        (record.start_ns, record.end_ns) = self.clamp_counted(record.enqueue_ns, observed, times);
+        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        queue.slots.fetch_sub(slots, Ordering::AcqRel);
+        self.push_record(Record::Dispatch(record));
+        self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
+            self.writer_wake.notify();
+        }
+    }
+
+    /// [`clamp_times`], counting the timestamps it moved.
+    fn clamp_counted(
+        &self,
+        enqueue_ns: u64,
+        observed: u64,
+        times: Option<(u64, u64)>,
+    ) -> (u64, u64) {
+        let (times, start_moved, end_moved) = clamp_times(enqueue_ns, observed, times);
         if start_moved {
             self.counters.start_clamped.fetch_add(1, Ordering::Relaxed);
         }
         if end_moved {
             self.counters.end_clamped.fetch_add(1, Ordering::Relaxed);
         }
-        record.start_ns = start;
-        record.end_ns = end;
-        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-        queue.slots.fetch_sub(slots, Ordering::AcqRel);
-        let mut rec = Record::Dispatch(record);
+        times
+    }
+
+    /// Pushes a record for the writer, waiting for room while the writer
+    /// makes progress (back-pressure, never loss); a writer that takes
+    /// nothing for WRITER_STALL is stuck, and a gone or stuck writer's
+    /// records are dropped (counted lost) instead of waited for.
+    fn push_record(&self, mut rec: Record) {
         let mut seen = self.writer_progress.load(Ordering::Acquire);
         let mut wait = None::<Wait>;
         loop {
             match self.records.push(rec) {
-                Ok(()) => break,
+                Ok(()) => return,
                 Err(_)
                     if self.writer_gone.load(Ordering::Acquire)
                         || self.writer_stalled.load(Ordering::Acquire) =>
                 {
                     self.count_lost(1);
-                    break;
+                    return;
                 }
-                Err(back) => {
-                    // Wait for the writer while it makes progress (back-
-                    // pressure, never loss); a writer that takes nothing
-                    // for WRITER_STALL is stuck: drop instead of waiting.
-                    rec = back;
-                    self.writer_wake.notify();
-                    let wait = wait.get_or_insert_with(|| {
-                        Wait::with_timeout(super::WRITER_STALL, RECORD_PUSH_PACE)
-                    });
-                    let now_seen = self.writer_progress.load(Ordering::Acquire);
-                    if now_seen != seen {
-                        seen = now_seen;
-                        wait.renew(std::time::Instant::now() + super::WRITER_STALL);
-                    }
-                    if !wait.pause() {
-                        self.writer_stalled.store(true, Ordering::Release);
-                    }
-                }
+                Err(back) => rec = back,
             }
-        }
-        self.counters.completed.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
             self.writer_wake.notify();
+            let wait = wait
+                .get_or_insert_with(|| Wait::with_timeout(super::WRITER_STALL, RECORD_PUSH_PACE));
+            let now_seen = self.writer_progress.load(Ordering::Acquire);
+            if now_seen != seen {
+                seen = now_seen;
+                wait.renew(std::time::Instant::now() + super::WRITER_STALL);
+            }
+            if !wait.pause() {
+                self.writer_stalled.store(true, Ordering::Release);
+            }
         }
     }
 }
