@@ -2,7 +2,8 @@
 //!
 //! The system clock is `CLOCK_BOOTTIME` in nanoseconds (1 GHz), as modern KFD reports it. The GPU clock is a separate
 //! 100 MHz counter with an offset, so that ROCr's tick → system-time translation is exercised rather than being an
-//! identity: `gpu_ticks = boottime_ns / 10 + 5e9`.
+//! identity: `gpu_ticks = boottime_ns / 10 + 5e9`. The host clocks are read through `rprof-abi`'s `clock` (the one
+//! `clock_gettime` wrapper, shared with the tracer); this module owns only the GPU clock's model.
 
 /// Frequency of the system clock reported by `hsaKmtGetClockCounters` (Hz).
 pub const SYSTEM_CLOCK_HZ: u64 = 1_000_000_000;

@@ -22,6 +22,10 @@
 //!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
 //!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once; with no queue at
 //!    all the thread blocks until one is created.
+//!
+//! Packet layout (header fields, offsets inside a slot, AMD vendor formats) is `rprof-abi`'s `packet` module, the
+//! same knowledge the tracer rewrites packets with; this module reads the generated `hsa-sys` structs for the
+//! bodies and keeps no layout constants of its own.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::mem::offset_of;
