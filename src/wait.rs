@@ -64,6 +64,9 @@ pub struct Wait {
     pace: Pace,
     deadline: Instant,
     rounds: u32,
+    /// The time [`Wait::expired`] last found the deadline ahead, for the
+    /// next [`Wait::pause`] (one clock read per round, not two).
+    checked: Option<Instant>,
 }
 
 impl Wait {
@@ -73,6 +76,7 @@ impl Wait {
             pace,
             deadline,
             rounds: 0,
+            checked: None,
         }
     }
 
@@ -87,19 +91,26 @@ impl Wait {
     }
 
     /// Whether the deadline has passed.
-    pub fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
+    pub fn expired(&mut self) -> bool {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return true;
+        }
+        self.checked = Some(now);
+        false
     }
 
     /// Moves the deadline to `deadline` (the pace goes on where it was).
     pub fn renew(&mut self, deadline: Instant) {
         self.deadline = deadline;
+        self.checked = None;
     }
 
     /// Pauses once by the pace, never past the deadline. Returns `false`
-    /// (without pausing) once the deadline has passed.
+    /// (without pausing) once the deadline has passed (as of this call, or
+    /// of an [`Wait::expired`] that found it ahead right before).
     pub fn pause(&mut self) -> bool {
-        let now = Instant::now();
+        let now = self.checked.take().unwrap_or_else(Instant::now);
         if now >= self.deadline {
             return false;
         }

@@ -20,6 +20,7 @@ pub enum Clock {
 }
 
 impl Clock {
+    #[inline]
     fn id(self) -> libc::clockid_t {
         match self {
             Clock::Boottime => libc::CLOCK_BOOTTIME,
@@ -33,6 +34,7 @@ impl Clock {
 
 /// The current value of `clock` in nanoseconds (0 if the kernel could not read it, which no Linux rprof
 /// supports does for these clocks).
+#[inline]
 pub fn now_ns(clock: Clock) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -48,6 +50,7 @@ pub fn now_ns(clock: Clock) -> u64 {
 
 /// `CLOCK_BOOTTIME` in nanoseconds: the clock ROCr translates GPU timestamps into, and the one every rprof
 /// record (and the emulated GPU's system clock) uses.
+#[inline]
 pub fn boottime_ns() -> u64 {
     now_ns(Clock::Boottime)
 }

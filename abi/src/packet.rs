@@ -47,16 +47,19 @@ const OFF_BARRIER_DEP_SIGNAL: usize = offset_of!(hsa_barrier_and_packet_t, dep_s
 /// 64-bit hosts); its `user_data` words follow.
 const OFF_MARKER_CALLBACK: usize = 8;
 
+#[inline]
 const fn field(header: u16, position: u32, width: u32) -> u16 {
     (header >> position) & ((1u16 << width) - 1)
 }
 
 /// The packet type (`HSA_PACKET_TYPE_*`) stored in an AQL header.
+#[inline]
 pub const fn header_packet_type(header: u16) -> hsa_packet_type_t {
     field(header, HSA_PACKET_HEADER_TYPE, HSA_PACKET_HEADER_WIDTH_TYPE) as hsa_packet_type_t
 }
 
 /// Whether the barrier bit of an AQL header is set.
+#[inline]
 pub const fn header_barrier(header: u16) -> bool {
     field(
         header,
@@ -66,6 +69,7 @@ pub const fn header_barrier(header: u16) -> bool {
 }
 
 /// The acquire fence scope (`HSA_FENCE_SCOPE_*`) of an AQL header.
+#[inline]
 pub const fn header_acquire_scope(header: u16) -> hsa_fence_scope_t {
     field(
         header,
@@ -75,6 +79,7 @@ pub const fn header_acquire_scope(header: u16) -> hsa_fence_scope_t {
 }
 
 /// The release fence scope (`HSA_FENCE_SCOPE_*`) of an AQL header.
+#[inline]
 pub const fn header_release_scope(header: u16) -> hsa_fence_scope_t {
     field(
         header,
@@ -84,12 +89,14 @@ pub const fn header_release_scope(header: u16) -> hsa_fence_scope_t {
 }
 
 /// Builds an AQL header from its parts. Values wider than their field are truncated to the field width.
+#[inline]
 pub const fn make_header(
     packet_type: hsa_packet_type_t,
     barrier: bool,
     acquire: hsa_fence_scope_t,
     release: hsa_fence_scope_t,
 ) -> u16 {
+    #[inline]
     const fn put(value: u32, position: u32, width: u32) -> u16 {
         ((value & ((1u32 << width) - 1)) << position) as u16
     }
@@ -113,6 +120,7 @@ pub const fn make_header(
 }
 
 /// Number of grid dimensions (1..=3) in a kernel dispatch packet's `setup` field.
+#[inline]
 pub const fn dispatch_dimensions(setup: u16) -> u16 {
     field(
         setup,
@@ -147,27 +155,33 @@ impl RawPacket {
         bytes: [0; PACKET_BYTES],
     };
 
+    #[inline]
     fn u16_at(&self, off: usize) -> u16 {
         u16::from_le_bytes([self.bytes[off], self.bytes[off + 1]])
     }
+    #[inline]
     fn u32_at(&self, off: usize) -> u32 {
         let mut b = [0u8; 4];
         b.copy_from_slice(&self.bytes[off..off + 4]);
         u32::from_le_bytes(b)
     }
+    #[inline]
     fn u64_at(&self, off: usize) -> u64 {
         let mut b = [0u8; 8];
         b.copy_from_slice(&self.bytes[off..off + 8]);
         u64::from_le_bytes(b)
     }
+    #[inline]
     fn set_u16(&mut self, off: usize, v: u16) {
         self.bytes[off..off + 2].copy_from_slice(&v.to_le_bytes());
     }
+    #[inline]
     fn set_u64(&mut self, off: usize, v: u64) {
         self.bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
     }
 
     /// A packet whose only non-zero field is `header`.
+    #[inline]
     pub fn with_header(header: u16) -> RawPacket {
         let mut p = RawPacket::ZERO;
         p.set_header(header);
@@ -175,26 +189,31 @@ impl RawPacket {
     }
 
     /// The 16-bit header.
+    #[inline]
     pub fn header(&self) -> u16 {
         self.u16_at(0)
     }
 
     /// Replaces the 16-bit header.
+    #[inline]
     pub fn set_header(&mut self, header: u16) {
         self.set_u16(0, header);
     }
 
     /// The packet type field of the header (`hsa_packet_type_t`).
+    #[inline]
     pub fn packet_type(&self) -> hsa_packet_type_t {
         header_packet_type(self.header())
     }
 
     /// Whether this is a kernel dispatch packet.
+    #[inline]
     pub fn is_kernel_dispatch(&self) -> bool {
         self.packet_type() == HSA_PACKET_TYPE_KERNEL_DISPATCH
     }
 
     /// The AMD format byte of a vendor-specific packet (meaningless for other types).
+    #[inline]
     pub fn vendor_format(&self) -> u8 {
         self.bytes[VENDOR_FORMAT_OFFSET]
     }
@@ -202,6 +221,7 @@ impl RawPacket {
     /// Whether this is ROCr's intercept marker (a vendor-specific packet of format
     /// [`AMD_AQL_FORMAT_INTERCEPT_MARKER`]): it never reaches the device, and must stay immediately before the
     /// packet it marks.
+    #[inline]
     pub fn is_intercept_marker(&self) -> bool {
         self.packet_type() == HSA_PACKET_TYPE_VENDOR_SPECIFIC
             && self.vendor_format() == AMD_AQL_FORMAT_INTERCEPT_MARKER
@@ -209,6 +229,7 @@ impl RawPacket {
 
     /// An intercept marker whose first `user_data` word is `tag` (for tests and simulated rewriters; the callback
     /// pointer is null).
+    #[inline]
     pub fn intercept_marker(tag: u64) -> RawPacket {
         let mut p = RawPacket::with_header(make_header(
             HSA_PACKET_TYPE_VENDOR_SPECIFIC,
@@ -223,6 +244,7 @@ impl RawPacket {
 
     /// An intercept marker whose callback is the function at address `callback` (an
     /// `amd_intercept_marker_handler`) and whose first `user_data` word is `user_data`.
+    #[inline]
     pub fn intercept_marker_with_callback(callback: u64, user_data: u64) -> RawPacket {
         let mut p = RawPacket::intercept_marker(user_data);
         p.set_u64(OFF_MARKER_CALLBACK, callback);
@@ -230,26 +252,31 @@ impl RawPacket {
     }
 
     /// The barrier bit.
+    #[inline]
     pub fn barrier_bit(&self) -> bool {
         header_barrier(self.header())
     }
 
     /// Release fence scope (`hsa_fence_scope_t`).
+    #[inline]
     pub fn release_fence_scope(&self) -> hsa_fence_scope_t {
         header_release_scope(self.header())
     }
 
     /// The completion signal handle (0 = none). Same offset in every packet type the HSA specification defines.
+    #[inline]
     pub fn completion_signal(&self) -> u64 {
         self.u64_at(COMPLETION_SIGNAL_OFFSET)
     }
 
     /// Replaces the completion signal handle.
+    #[inline]
     pub fn set_completion_signal(&mut self, handle: u64) {
         self.set_u64(COMPLETION_SIGNAL_OFFSET, handle);
     }
 
     /// Kernel dispatch: work-group size (x, y, z).
+    #[inline]
     pub fn workgroup_size(&self) -> [u16; 3] {
         [
             self.u16_at(OFF_WORKGROUP),
@@ -259,6 +286,7 @@ impl RawPacket {
     }
 
     /// Kernel dispatch: grid size (x, y, z).
+    #[inline]
     pub fn grid_size(&self) -> [u32; 3] {
         [
             self.u32_at(OFF_GRID),
@@ -268,22 +296,26 @@ impl RawPacket {
     }
 
     /// Kernel dispatch: private segment bytes per work-item.
+    #[inline]
     pub fn private_segment_size(&self) -> u32 {
         self.u32_at(OFF_PRIVATE_SEGMENT)
     }
 
     /// Kernel dispatch: group segment bytes per work-group.
+    #[inline]
     pub fn group_segment_size(&self) -> u32 {
         self.u32_at(OFF_GROUP_SEGMENT)
     }
 
     /// Kernel dispatch: address of the kernel descriptor.
+    #[inline]
     pub fn kernel_object(&self) -> u64 {
         self.u64_at(OFF_KERNEL_OBJECT)
     }
 
     /// A BARRIER_AND packet with the barrier bit set, no dependencies, that completes `signal` once every earlier
     /// packet of the queue has completed. Acquires nothing; releases at `release_scope`.
+    #[inline]
     pub fn forwarding_barrier(signal: u64, release_scope: hsa_fence_scope_t) -> RawPacket {
         let mut p = RawPacket::with_header(make_header(
             HSA_PACKET_TYPE_BARRIER_AND,
@@ -297,6 +329,7 @@ impl RawPacket {
 
     /// A BARRIER_AND packet without the barrier bit that waits until `dependency` is 0 and completes nothing: the
     /// queue stalls on it until the host opens the gate.
+    #[inline]
     pub fn gate_barrier(dependency: u64) -> RawPacket {
         let mut p = RawPacket::with_header(make_header(
             HSA_PACKET_TYPE_BARRIER_AND,
@@ -309,6 +342,7 @@ impl RawPacket {
     }
 
     /// BARRIER_AND / BARRIER_OR: dependency signal `i` (0..5).
+    #[inline]
     pub fn dep_signal(&self, i: usize) -> u64 {
         self.u64_at(OFF_BARRIER_DEP_SIGNAL + 8 * i)
     }

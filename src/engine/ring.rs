@@ -85,8 +85,8 @@ impl<S: DispatchSignal> Engine<S> {
         // submits what fits of it and the rest after a retry barrier).
         let low_water = queue.slot_limit - queue.slot_limit / 8;
         let target = low_water.saturating_sub(need);
-        let mut wait = Wait::with_timeout(self.options.pool_wait, INTERCEPTOR_PACE);
         let mut progress = Instant::now();
+        let mut wait = Wait::until(progress + self.options.pool_wait, INTERCEPTOR_PACE);
         let mut last = queue.slots_in_use();
         loop {
             let now_in_use = queue.slots_in_use();
