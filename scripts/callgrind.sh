@@ -26,6 +26,8 @@ for line in sys.stdin:
     if not m:
         continue
     name = m.group(2).split(":", 1)[-1]
+    # An inherent method defined in a child module of `engine` prints as `<impl ...Engine<S>>::name`.
+    name = name.replace("Engine<S>>::intercept", "Engine<S>::intercept")
     for key in ("Engine<S>::intercept", "Engine<S>>::run_completion"):
         if name.endswith(key) and key not in found:
             found[key] = int(m.group(1).replace(",", ""))

@@ -2,7 +2,8 @@
 //!
 //! The system clock is `CLOCK_BOOTTIME` in nanoseconds (1 GHz), as modern KFD reports it. The GPU clock is a separate
 //! 100 MHz counter with an offset, so that ROCr's tick → system-time translation is exercised rather than being an
-//! identity: `gpu_ticks = boottime_ns / 10 + 5e9`.
+//! identity: `gpu_ticks = boottime_ns / 10 + 5e9`. The host clocks are read through `rprof-abi`'s `clock` (the one
+//! `clock_gettime` wrapper, shared with the tracer); this module owns only the GPU clock's model.
 
 /// Frequency of the system clock reported by `hsaKmtGetClockCounters` (Hz).
 pub const SYSTEM_CLOCK_HZ: u64 = 1_000_000_000;
@@ -13,24 +14,15 @@ pub const GPU_CLOCK_HZ: u64 = SYSTEM_CLOCK_HZ / NS_PER_GPU_TICK;
 /// Offset added to the GPU counter so that it never equals the system clock.
 pub const GPU_TICK_OFFSET: u64 = 5_000_000_000;
 
-fn read_clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and `id` is a clock id every Linux kernel supports.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `CLOCK_BOOTTIME` in nanoseconds: the emulator's time base and the system clock.
+/// `CLOCK_BOOTTIME` in nanoseconds: the emulator's time base and the system clock (the same clock the tracer
+/// stamps records with, read by `rprof-abi`).
 pub fn now_ns() -> u64 {
-    read_clock(libc::CLOCK_BOOTTIME)
+    rprof_abi::clock::boottime_ns()
 }
 
 /// `CLOCK_MONOTONIC_RAW` in nanoseconds (the "CPU clock" of `HsaClockCounters`).
 pub fn cpu_ns() -> u64 {
-    read_clock(libc::CLOCK_MONOTONIC_RAW)
+    rprof_abi::clock::now_ns(rprof_abi::clock::Clock::MonotonicRaw)
 }
 
 /// GPU ticks at system time `ns`.

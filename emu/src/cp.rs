@@ -22,6 +22,10 @@
 //!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
 //!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once; with no queue at
 //!    all the thread blocks until one is created.
+//!
+//! Packet layout (header fields, offsets inside a slot, AMD vendor formats) is `rprof-abi`'s `packet` module, the
+//! same knowledge the tracer rewrites packets with; this module reads the generated `hsa-sys` structs for the
+//! bodies and keeps no layout constants of its own.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::mem::offset_of;
@@ -29,27 +33,24 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, AtomicU32, AtomicU64, 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use hsa_sys::packet::{AMD_VENDOR_FORMAT_BARRIER_VALUE, AMD_VENDOR_FORMAT_OFFSET};
 use hsa_sys::{
     amd_queue_t, amd_signal_t, hsa_amd_barrier_value_packet_t, hsa_barrier_and_packet_t,
-    hsa_kernel_dispatch_packet_t,
+    hsa_kernel_dispatch_packet_t, HSA_PACKET_TYPE_AGENT_DISPATCH, HSA_PACKET_TYPE_BARRIER_AND,
+    HSA_PACKET_TYPE_BARRIER_OR, HSA_PACKET_TYPE_INVALID, HSA_PACKET_TYPE_KERNEL_DISPATCH,
+    HSA_PACKET_TYPE_VENDOR_SPECIFIC,
+};
+use rprof_abi::packet::{
+    header_barrier, header_packet_type, make_header, COMPLETION_SIGNAL_OFFSET, PACKET_BYTES,
+    VENDOR_FORMAT_BARRIER_VALUE, VENDOR_FORMAT_OFFSET,
 };
 
 use crate::clock::{gpu_ticks_at, now_ns};
 use crate::kernels::{kernel_symbol, recognise_blit, Blit, HostKernel, RocclrBlit};
 use crate::Emulator;
 
-const PACKET_BYTES: usize = 64;
-const TYPE_VENDOR_SPECIFIC: u16 = hsa_sys::HSA_PACKET_TYPE_VENDOR_SPECIFIC as u16;
-const TYPE_INVALID: u16 = hsa_sys::HSA_PACKET_TYPE_INVALID as u16;
-const TYPE_KERNEL_DISPATCH: u16 = hsa_sys::HSA_PACKET_TYPE_KERNEL_DISPATCH as u16;
-const TYPE_BARRIER_AND: u16 = hsa_sys::HSA_PACKET_TYPE_BARRIER_AND as u16;
-const TYPE_AGENT_DISPATCH: u16 = hsa_sys::HSA_PACKET_TYPE_AGENT_DISPATCH as u16;
-const TYPE_BARRIER_OR: u16 = hsa_sys::HSA_PACKET_TYPE_BARRIER_OR as u16;
-const BARRIER_BIT: u16 = 1 << hsa_sys::HSA_PACKET_HEADER_BARRIER;
 const PROFILING_BIT: u32 = hsa_sys::AMD_QUEUE_PROPERTIES_ENABLE_PROFILING as u32;
-/// Offset of the completion signal in every packet format.
-const COMPLETION_SIGNAL_OFFSET: usize = 56;
+/// The header a consumed slot is reset to (type INVALID, everything else 0).
+const INVALID_HEADER: u16 = make_header(HSA_PACKET_TYPE_INVALID, false, 0, 0);
 /// Number of doorbell slots (ROCr's `MAX_NUM_DOORBELLS`).
 pub const DOORBELL_SLOTS: usize = 1024;
 
@@ -633,10 +634,7 @@ impl CpThread {
     }
 
     fn consume(q: &mut HwQueue) {
-        Self::header(q, q.rd).store(
-            TYPE_INVALID << hsa_sys::HSA_PACKET_HEADER_TYPE,
-            Ordering::Release,
-        );
+        Self::header(q, q.rd).store(INVALID_HEADER, Ordering::Release);
         q.rd += 1;
         // SAFETY: `read_ptr` is `amd_queue_t.read_dispatch_id` of a registered queue.
         unsafe { &*(q.read_ptr as *const AtomicU64) }.store(q.rd, Ordering::Release);
@@ -694,16 +692,16 @@ impl CpThread {
                 return progress;
             }
             let header = Self::header(q, q.rd).load(Ordering::Acquire);
-            let ty = header & 0xff;
-            if ty == TYPE_INVALID {
+            let ty = header_packet_type(header);
+            if ty == HSA_PACKET_TYPE_INVALID {
                 return progress;
             }
-            if header & BARRIER_BIT != 0 && q.inflight > 0 {
+            if header_barrier(header) && q.inflight > 0 {
                 return progress;
             }
             let slot = ring_packet(q, q.rd);
             match ty {
-                TYPE_KERNEL_DISPATCH => {
+                HSA_PACKET_TYPE_KERNEL_DISPATCH => {
                     // SAFETY: a valid header was acquire-loaded, so the producer's packet body is visible; the ring is live.
                     let p = unsafe {
                         std::ptr::read_volatile(slot as *const hsa_kernel_dispatch_packet_t)
@@ -718,7 +716,7 @@ impl CpThread {
                     }
                     Self::consume(q);
                 }
-                TYPE_BARRIER_AND | TYPE_BARRIER_OR => {
+                HSA_PACKET_TYPE_BARRIER_AND | HSA_PACKET_TYPE_BARRIER_OR => {
                     // SAFETY: as above.
                     let p =
                         unsafe { std::ptr::read_volatile(slot as *const hsa_barrier_and_packet_t) };
@@ -727,7 +725,7 @@ impl CpThread {
                     let mut done = deps
                         .clone()
                         .map(|h| unsafe { signal_value(h) }.load(Ordering::Acquire) == 0);
-                    let ready = if ty == TYPE_BARRIER_AND {
+                    let ready = if ty == HSA_PACKET_TYPE_BARRIER_AND {
                         done.all(|d| d)
                     } else {
                         deps.clone().next().is_none() || done.any(|d| d)
@@ -743,10 +741,10 @@ impl CpThread {
                     unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
                     self.cp.stats.barriers.fetch_add(1, Ordering::Relaxed);
                 }
-                TYPE_VENDOR_SPECIFIC
+                HSA_PACKET_TYPE_VENDOR_SPECIFIC
                     // SAFETY: a valid header was acquire-loaded; the format byte is inside the live packet.
-                    if unsafe { std::ptr::read_volatile((slot + AMD_VENDOR_FORMAT_OFFSET) as *const u8) }
-                        == AMD_VENDOR_FORMAT_BARRIER_VALUE =>
+                    if unsafe { std::ptr::read_volatile((slot + VENDOR_FORMAT_OFFSET) as *const u8) }
+                        == VENDOR_FORMAT_BARRIER_VALUE =>
                 {
                     // SAFETY: as above.
                     let p = unsafe {
@@ -764,7 +762,7 @@ impl CpThread {
                     unsafe { signal_complete(self.emu, p.completion_signal.handle, -1, ticks) };
                     self.cp.stats.vendor_packets.fetch_add(1, Ordering::Relaxed);
                 }
-                TYPE_VENDOR_SPECIFIC | TYPE_AGENT_DISPATCH => {
+                HSA_PACKET_TYPE_VENDOR_SPECIFIC | HSA_PACKET_TYPE_AGENT_DISPATCH => {
                     // SAFETY: every packet format keeps its completion signal at byte 56; the ring is live.
                     let sig = unsafe {
                         std::ptr::read_volatile((slot + COMPLETION_SIGNAL_OFFSET) as *const u64)

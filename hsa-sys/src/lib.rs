@@ -19,7 +19,8 @@
 //!   names its former reserved tail (`NumXcc`, `KFDGpuID`, `FamilyID`, `Integrated`), `HsaMemFlags` names four
 //!   more bits, `HsaEventData` gains `HwException`, and new types (`HsaAMDGPUDeviceHandle`, SMI, PC sampling) appear.
 //!   The thunk front-end writes these layouts for ROCr 6.1.2; ROCr 5.2.3 ignores the formerly reserved bytes.
-//! - [`packet`] is hand-written: AQL header bit helpers and AMD vendor packet constants.
+//! - AQL packet field helpers and offsets (hand-written knowledge built on these types) live in the
+//!   `rprof-abi` crate (`abi/`), with the host clock; this crate stays generated bindings plus these pins.
 //! - The `const` assertions at the bottom of this file pin the table entries and packet sizes that the tracer
 //!   relies on; bindgen's own layout assertions pin everything else, and `tests/layout.rs` compares every
 //!   struct, field and bitfield against the real headers compiled by a C++ compiler.
@@ -70,8 +71,6 @@ pub mod hsakmt;
 pub mod hsakmt_v6;
 
 pub use hsa::*;
-
-pub mod packet;
 
 use core::mem::{offset_of, size_of};
 
@@ -139,12 +138,12 @@ const _: () = {
     assert!(offset_of!(AmdExtTable, hsa_amd_queue_intercept_create_fn) == 296);
     assert!(offset_of!(AmdExtTable, hsa_amd_queue_intercept_register_fn) == 304);
 
-    // AQL packets are one 64-byte queue slot each.
-    assert!(size_of::<hsa_kernel_dispatch_packet_t>() == packet::AQL_PACKET_SIZE);
-    assert!(size_of::<hsa_agent_dispatch_packet_t>() == packet::AQL_PACKET_SIZE);
-    assert!(size_of::<hsa_barrier_and_packet_t>() == packet::AQL_PACKET_SIZE);
-    assert!(size_of::<hsa_barrier_or_packet_t>() == packet::AQL_PACKET_SIZE);
-    assert!(size_of::<hsa_amd_barrier_value_packet_t>() == packet::AQL_PACKET_SIZE);
+    // AQL packets are one 64-byte queue slot each (rprof-abi pins the fields it reads).
+    assert!(size_of::<hsa_kernel_dispatch_packet_t>() == 64);
+    assert!(size_of::<hsa_agent_dispatch_packet_t>() == 64);
+    assert!(size_of::<hsa_barrier_and_packet_t>() == 64);
+    assert!(size_of::<hsa_barrier_or_packet_t>() == 64);
+    assert!(size_of::<hsa_amd_barrier_value_packet_t>() == 64);
     assert!(offset_of!(hsa_kernel_dispatch_packet_t, kernel_object) == 32);
     assert!(offset_of!(hsa_kernel_dispatch_packet_t, completion_signal) == 56);
 

@@ -52,16 +52,26 @@ fn pool(capacity: u32) -> SignalPool<MemoryProvider> {
     SignalPool::new(provider, config).expect("valid config")
 }
 
+/// A signal, retrying (yielding) while every one is in use, as the engine's interceptor does.
+fn take(pool: &SignalPool<MemoryProvider>) -> rprof_pool::SignalHandle<'_, MemoryProvider> {
+    loop {
+        if let Some(handle) = pool.try_acquire().unwrap() {
+            return handle;
+        }
+        thread::yield_now();
+    }
+}
+
 fn per_op(start: Instant, ops: u64) -> f64 {
     start.elapsed().as_nanos() as f64 / ops as f64
 }
 
 fn single_thread(iterations: u64) -> f64 {
     let pool = pool(256);
-    drop(pool.acquire().unwrap()); // warm-up: create the first batch
+    drop(take(&pool)); // warm-up: create the first batch
     let start = Instant::now();
     for _ in 0..iterations {
-        let handle = pool.acquire().unwrap();
+        let handle = take(&pool);
         black_box(handle.raw());
     }
     per_op(start, iterations)
@@ -69,7 +79,7 @@ fn single_thread(iterations: u64) -> f64 {
 
 fn two_threads(capacity: u32, iterations: u64) -> (f64, u64) {
     let pool = pool(capacity);
-    drop(pool.acquire().unwrap());
+    drop(take(&pool));
     let barrier = Barrier::new(2);
     let mut elapsed = [0.0; 2];
     thread::scope(|s| {
@@ -80,7 +90,7 @@ fn two_threads(capacity: u32, iterations: u64) -> (f64, u64) {
                     barrier.wait();
                     let start = Instant::now();
                     for _ in 0..iterations {
-                        let handle = pool.acquire().unwrap();
+                        let handle = take(pool);
                         black_box(handle.raw());
                     }
                     per_op(start, iterations)

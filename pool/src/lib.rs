@@ -1,10 +1,16 @@
-//! A bounded pool of reusable HSA completion signals with owned, reference-counted handles.
+//! A bounded pool of reusable HSA completion signals with owned handles.
 //!
 //! rprof's queue interceptor gives each kernel dispatch a completion signal of its own so it
 //! can read the dispatch's GPU timestamps once it is done. Two failure modes of earlier tools
 //! shape this crate: reading a signal after it was given back to its pool, and creating a new
 //! signal (one driver event each, out of a per-process budget of 4096) per dispatch. Here both
 //! are impossible by construction.
+//!
+//! It keeps only what its one user needs: the tool's interceptor (`tool/src/signals.rs`) takes
+//! signals with [`SignalPool::try_acquire`], never blocks on the pool (it waits, bounded, in the
+//! engine, and passes a kernel through untraced when the wait ends), and gives each signal one
+//! owner. So there is no blocking acquire and no shared ownership, and a release pays neither a
+//! waiter check nor a reference-count fence.
 //!
 //! # Types
 //! - [`SignalProvider`] creates, resets and destroys [`RawSignal`]s. The tool implements it with
@@ -13,25 +19,22 @@
 //!   batch of [`PoolConfig::batch`] at a time, when the free list is empty, and are then reused
 //!   for the pool's whole life: after warm-up no dispatch creates a signal. They are destroyed
 //!   only by [`SignalPool::shutdown`] or by dropping the pool, never while a handle is out.
-//! - [`SignalHandle`] is what [`SignalPool::acquire`] and [`SignalPool::try_acquire`] return:
-//!   owned, `Send`, not `Clone`. [`SignalHandle::share`] makes [`SignalShare`]s (cloneable) for
-//!   more readers. The signal is reset to [`PoolConfig::initial_value`] and goes back on the free
-//!   list when the handle **and** every share are dropped, in `Drop`. [`RawSignal`] is only
-//!   reachable through `raw()` on a live handle or share, and both borrow the pool, so the pool
-//!   cannot be dropped while one is alive.
-//! - [`PoolStats`] reports created signals, signals in use, the high-water mark, how often
-//!   back-pressure made an acquirer wait, resets and creation failures.
+//! - [`SignalHandle`] is what [`SignalPool::try_acquire`] returns: owned, `Send`, not `Clone`.
+//!   The signal is reset to [`PoolConfig::initial_value`] and goes back on the free list when the
+//!   handle is dropped. [`RawSignal`] is only reachable through `raw()` on a live handle, which
+//!   borrows the pool, so the pool cannot be dropped while one is alive.
+//! - [`PoolStats`] reports created signals, signals in use, the high-water mark, how often an
+//!   acquire came back empty, resets and creation failures.
 //!
 //! # Invariants
-//! - A slot index is in exactly one place: on the free list (reference count 0) or owned by one
-//!   handle and its shares (reference count >= 1). Popping an index from the free list is the only
-//!   way to get one, so a signal is never handed out twice at the same time.
+//! - A slot index is in exactly one place: on the free list, or owned by one handle. Popping an
+//!   index from the free list is the only way to get one, so a signal is never handed out twice
+//!   at the same time.
 //! - Only slots `0..created` ever hold a signal; `created` grows by batches under a lock and
 //!   never exceeds the capacity; a slot's signal never changes once created.
 //! - Acquire and release allocate nothing and take no lock in steady state: acquire pops an index
-//!   from the free list, release resets the signal and pushes the index back. Locks are taken
-//!   only to grow (at most `capacity / batch` times) and to park or wake acquirers under
-//!   back-pressure.
+//!   from the free list, release resets the signal and pushes the index back. The lock is taken
+//!   only to grow (at most `capacity / batch` times).
 //!
 //! # Design
 //! The free list is a bounded lock-free MPMC ring of slot indices following Dmitry Vyukov's
@@ -45,13 +48,7 @@
 //! a full ring; a push or pop that meets a cell another thread has claimed but not yet
 //! published waits the few instructions until it is. `PoolStats::in_use` and `resets` are
 //! derived from the ring's positions, so the hot path updates no shared counter beyond the
-//! ring itself and the slot's reference count.
-//!
-//! When every signal is in use, [`SignalPool::acquire`] spins briefly with
-//! `crossbeam_utils::Backoff`, then parks on a condition variable. Releasers look at a waiter
-//! count after a `SeqCst` fence and take the lock to notify only when someone is parked, so a
-//! release without waiters costs no lock, and a wake-up cannot be lost (the acquirer registers
-//! itself, fences, and re-checks the free list while holding the lock it waits on).
+//! ring itself.
 //!
 //! If the provider fails to create a signal (driver events exhausted), the pool keeps what it
 //! has, stops growing, counts the failure in [`PoolStats`] and, if that batch created nothing,
@@ -64,5 +61,5 @@ mod pool;
 mod primitive;
 mod provider;
 
-pub use pool::{PoolConfig, PoolError, PoolStats, SignalHandle, SignalPool, SignalShare};
+pub use pool::{PoolConfig, PoolError, PoolStats, SignalHandle, SignalPool};
 pub use provider::{ProviderError, RawSignal, SignalProvider};

@@ -2,22 +2,15 @@
 
 use std::fmt;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
 
 use crate::free_list::FreeList;
-use crate::primitive::{
-    fence, lock, wait, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering,
-    SPIN_BEFORE_PARKING,
-};
+use crate::primitive::{lock, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::provider::{ProviderError, RawSignal, SignalProvider};
 
 /// Largest capacity a pool accepts (slot indices are `u32`; this keeps reference counts and the
 /// free list comfortably in range, and is far above the 4096 driver events of a process).
 const MAX_CAPACITY: u32 = 1 << 20;
-
-/// Reference counts above this abort the process, as `Arc` does: only a leak of billions of
-/// shares (`mem::forget` in a loop) can get there.
-const MAX_REFS: u32 = u32::MAX / 2;
 
 /// How a [`SignalPool`] is sized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,12 +47,11 @@ pub enum PoolError {
         /// Signals the pool holds (in use or free).
         pool_size: u32,
     },
-    /// An earlier creation failure left the pool with no signal at all, so there is nothing to
-    /// wait for.
+    /// An earlier creation failure left the pool with no signal at all.
     NoSignals(ProviderError),
     /// The pool was shut down.
     Closed,
-    /// [`SignalPool::shutdown`] found handles or shares still alive.
+    /// [`SignalPool::shutdown`] found handles still alive.
     InUse {
         /// Signals not on the free list when shutdown looked.
         outstanding: u32,
@@ -97,13 +89,13 @@ pub struct PoolStats {
     pub capacity: u32,
     /// Signals created so far (never decreases, at most `capacity`).
     pub created: u32,
-    /// Signals currently owned by a handle or shares (derived from the free list's length, so
+    /// Signals currently owned by a handle (derived from the free list's length, so
     /// exact only when no acquire or release is in flight).
     pub in_use: u32,
     /// Largest `in_use` seen.
     pub high_water: u32,
-    /// Acquires that found every signal in use and had to wait ([`SignalPool::acquire`]) or came
-    /// back empty ([`SignalPool::try_acquire`]).
+    /// Acquires that found every signal in use and came back empty
+    /// ([`SignalPool::try_acquire`] returned `Ok(None)`).
     pub acquire_waits: u64,
     /// Signals reset and returned to the free list (derived from the free list's push count).
     pub resets: u64,
@@ -116,12 +108,12 @@ pub struct PoolStats {
 /// One signal's slot.
 struct Slot {
     /// The signal, written once when the slot's batch is created (before its index is first
-    /// published on the free list or handed out), read only through a live handle or share.
+    /// published on the free list or handed out), read only through a live handle.
     raw: AtomicU64,
-    /// Live handles + shares. 0 exactly while the index is on the free list (or the slot has
-    /// no signal yet); set to 1 by the acquirer that popped the index; the decrement that
-    /// reaches 0 resets the signal and pushes the index back.
-    refs: AtomicU32,
+    /// Whether a handle owns the slot: false exactly while the index is on the free list (or
+    /// the slot has no signal yet). Set by the acquirer that popped the index, cleared by the
+    /// handle's drop before it pushes the index back; only checked by debug assertions.
+    held: AtomicBool,
 }
 
 /// State changed only under the growth lock.
@@ -161,16 +153,12 @@ pub struct SignalPool<P: SignalProvider> {
     /// Number of created signals, for statistics (authoritative copy in `Growth`).
     created: AtomicU32,
     /// True once the pool will never grow again (capacity reached, a creation failed, or
-    /// closed): acquirers that find the free list empty then wait instead of taking the lock.
+    /// closed): acquirers that find the free list empty then return at once instead of taking
+    /// the lock.
     growth_over: AtomicBool,
     growth: Mutex<Growth>,
-    /// Acquirers registered to park (incremented before their last look at the free list).
-    waiters: CachePadded<AtomicU32>,
-    /// Set by a successful `shutdown`; parked acquirers return [`PoolError::Closed`].
+    /// Set by a successful `shutdown`; later acquires return [`PoolError::Closed`].
     closed: AtomicBool,
-    /// Lock paired with `wake`; protects nothing but the check-then-wait of parked acquirers.
-    park: Mutex<()>,
-    wake: Condvar,
     counters: CachePadded<Counters>,
     create_failures: AtomicU32,
 }
@@ -187,7 +175,7 @@ impl<P: SignalProvider> SignalPool<P> {
         let slots = (0..config.capacity)
             .map(|_| Slot {
                 raw: AtomicU64::new(0),
-                refs: AtomicU32::new(0),
+                held: AtomicBool::new(false),
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
@@ -203,10 +191,7 @@ impl<P: SignalProvider> SignalPool<P> {
                 failure: None,
                 closed: false,
             }),
-            waiters: CachePadded::new(AtomicU32::new(0)),
             closed: AtomicBool::new(false),
-            park: Mutex::new(()),
-            wake: Condvar::new(),
             counters: CachePadded::new(Counters::default()),
             create_failures: AtomicU32::new(0),
         })
@@ -225,6 +210,10 @@ impl<P: SignalProvider> SignalPool<P> {
     /// Takes a free signal without waiting: `Ok(None)` means all `capacity` signals (or all the
     /// pool could create) are in use. Grows by one batch if the free list is empty and the pool
     /// may still grow.
+    ///
+    /// Errors: [`PoolError::Create`] if growing was needed and the provider created nothing,
+    /// [`PoolError::NoSignals`] if an earlier failure left the pool empty, [`PoolError::Closed`]
+    /// after [`SignalPool::shutdown`].
     pub fn try_acquire(&self) -> Result<Option<SignalHandle<'_, P>>, PoolError> {
         if let Some(index) = self.free.pop() {
             return Ok(Some(self.claim(index)));
@@ -238,52 +227,8 @@ impl<P: SignalProvider> SignalPool<P> {
         }
     }
 
-    /// Takes a free signal, growing by one batch if needed, and otherwise waits until a handle
-    /// (with all its shares) is dropped: a short spin, then parking.
-    ///
-    /// Errors: [`PoolError::Create`] if growing was needed and the provider created nothing,
-    /// [`PoolError::NoSignals`] if an earlier failure left the pool empty, [`PoolError::Closed`]
-    /// after [`SignalPool::shutdown`].
-    pub fn acquire(&self) -> Result<SignalHandle<'_, P>, PoolError> {
-        if let Some(index) = self.free.pop() {
-            return Ok(self.claim(index));
-        }
-        if let Some(index) = self.grow()? {
-            return Ok(self.claim(index));
-        }
-        // Every signal is in use and the pool will not grow: back-pressure.
-        self.counters.acquire_waits.fetch_add(1, Ordering::Relaxed);
-        if SPIN_BEFORE_PARKING {
-            let backoff = Backoff::new();
-            while !backoff.is_completed() {
-                backoff.snooze();
-                if let Some(index) = self.free.pop() {
-                    return Ok(self.claim(index));
-                }
-            }
-        }
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut guard = lock(&self.park);
-        let result = loop {
-            // Pairs with the fence in `push_free`: either the releaser sees our registration in
-            // `waiters` and notifies under `park` (which we hold until we wait), or we see its
-            // push here.
-            fence(Ordering::SeqCst);
-            if let Some(index) = self.free.pop() {
-                break Ok(index);
-            }
-            if self.closed.load(Ordering::SeqCst) {
-                break Err(PoolError::Closed);
-            }
-            guard = wait(&self.wake, guard);
-        };
-        drop(guard);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        result.map(|index| self.claim(index))
-    }
-
     /// Destroys every signal if none is in use, and closes the pool: later acquires fail with
-    /// [`PoolError::Closed`]. Returns how many signals were destroyed. If handles or shares are
+    /// [`PoolError::Closed`]. Returns how many signals were destroyed. If handles are
     /// alive, nothing changes and [`PoolError::InUse`] says how many signals are out.
     ///
     /// Dropping the pool does the same; use this when the pool lives in a `static`.
@@ -303,7 +248,7 @@ impl<P: SignalProvider> SignalPool<P> {
             }
         }
         if drained.len() < created as usize {
-            // Some signal is out (or on its way back): put back what we took, waking waiters.
+            // Some signal is out (or on its way back): put back what we took.
             let outstanding = created - drained.len() as u32;
             drop(growth);
             self.counters
@@ -322,8 +267,6 @@ impl<P: SignalProvider> SignalPool<P> {
                 .destroy(RawSignal(slot.raw.load(Ordering::Relaxed)));
         }
         drop(growth);
-        let _park = lock(&self.park);
-        self.wake.notify_all();
         Ok(created)
     }
 
@@ -347,14 +290,13 @@ impl<P: SignalProvider> SignalPool<P> {
 
     /// Hands out slot `index`, just popped from the free list or just created.
     fn claim(&self, index: u32) -> SignalHandle<'_, P> {
-        let refs = &self.slots[index as usize].refs;
-        debug_assert_eq!(
-            refs.load(Ordering::Relaxed),
-            0,
+        let held = &self.slots[index as usize].held;
+        debug_assert!(
+            !held.load(Ordering::Relaxed),
             "slot {index} handed out while in use"
         );
         // Popping the index made this thread the slot's only owner: a plain store suffices.
-        refs.store(1, Ordering::Relaxed);
+        held.store(true, Ordering::Relaxed);
         let in_use = self.in_use();
         if in_use > self.counters.high_water.load(Ordering::Relaxed) {
             self.counters
@@ -375,41 +317,23 @@ impl<P: SignalProvider> SignalPool<P> {
         RawSignal(self.slots[index as usize].raw.load(Ordering::Relaxed))
     }
 
-    /// Adds a reader to slot `index`; the caller holds a reference.
-    fn add_ref(&self, index: u32) {
-        let previous = self.slots[index as usize]
-            .refs
-            .fetch_add(1, Ordering::Relaxed);
-        if previous > MAX_REFS {
-            std::process::abort();
-        }
-    }
-
-    /// Drops a reader of slot `index`; the last one resets the signal and frees the slot.
-    fn release_ref(&self, index: u32) {
+    /// Gives slot `index` back: resets its signal and puts the index on the free list. Only
+    /// its one handle calls this, once, so no reference count and no fence are needed: the
+    /// free list's push publishes the reset to the next acquirer.
+    fn release(&self, index: u32) {
         let slot = &self.slots[index as usize];
-        if slot.refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        // Every other reader's use of the signal happens before the reset.
-        fence(Ordering::Acquire);
         self.provider.reset(
             RawSignal(slot.raw.load(Ordering::Relaxed)),
             self.config.initial_value,
         );
+        slot.held.store(false, Ordering::Relaxed);
         self.push_free(index);
     }
 
-    /// Puts `index` on the free list and wakes one parked acquirer, if any.
+    /// Puts `index` on the free list.
     fn push_free(&self, index: u32) {
-        // Never full: it holds only indices of created slots, each at most once (refs == 0).
+        // Never full: it holds only indices of created slots, each at most once (held == false).
         self.free.push(index);
-        // Pairs with the fence in `acquire`'s parking loop.
-        fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::Relaxed) > 0 {
-            let _park = lock(&self.park);
-            self.wake.notify_one();
-        }
     }
 
     /// Creates one batch if the pool may still grow. `Ok(Some(index))`: a slot for the caller
@@ -492,8 +416,8 @@ impl<P: SignalProvider> SignalPool<P> {
 }
 
 impl<P: SignalProvider> Drop for SignalPool<P> {
-    /// Destroys every created signal (unless `shutdown` already did). Handles and shares borrow
-    /// the pool, so none is alive here.
+    /// Destroys every created signal (unless `shutdown` already did). Handles borrow the pool,
+    /// so none is alive here.
     fn drop(&mut self) {
         let growth = lock(&self.growth);
         if growth.closed {
@@ -518,15 +442,15 @@ impl<P: SignalProvider> fmt::Debug for SignalPool<P> {
 
 /// The owner of one pool signal: not `Clone`, `Send` (and `Sync`), borrowing the pool.
 ///
-/// The signal goes back to the pool (reset to the pool's initial value) when this handle and
-/// every [`SignalShare`] made from it are dropped.
+/// The signal goes back to the pool (reset to the pool's initial value) when this handle is
+/// dropped.
 pub struct SignalHandle<'pool, P: SignalProvider> {
     pool: &'pool SignalPool<P>,
-    /// Slot index; this handle holds one of the slot's references.
+    /// Slot index; this handle owns the slot.
     index: u32,
 }
 
-impl<'pool, P: SignalProvider> SignalHandle<'pool, P> {
+impl<P: SignalProvider> SignalHandle<'_, P> {
     /// The signal, to put in a dispatch packet or read timestamps from. Valid while `self` lives.
     pub fn raw(&self) -> RawSignal {
         self.pool.raw(self.index)
@@ -536,70 +460,17 @@ impl<'pool, P: SignalProvider> SignalHandle<'pool, P> {
     pub fn slot(&self) -> u32 {
         self.index
     }
-
-    /// Another reader of the same signal, delaying its release until the share is dropped too.
-    pub fn share(&self) -> SignalShare<'pool, P> {
-        self.pool.add_ref(self.index);
-        SignalShare {
-            pool: self.pool,
-            index: self.index,
-        }
-    }
 }
 
 impl<P: SignalProvider> Drop for SignalHandle<'_, P> {
     fn drop(&mut self) {
-        self.pool.release_ref(self.index);
+        self.pool.release(self.index);
     }
 }
 
 impl<P: SignalProvider> fmt::Debug for SignalHandle<'_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SignalHandle")
-            .field("slot", &self.index)
-            .field("raw", &self.raw())
-            .finish()
-    }
-}
-
-/// An extra reader of a pool signal, made by [`SignalHandle::share`] or by cloning a share.
-pub struct SignalShare<'pool, P: SignalProvider> {
-    pool: &'pool SignalPool<P>,
-    /// Slot index; this share holds one of the slot's references.
-    index: u32,
-}
-
-impl<P: SignalProvider> SignalShare<'_, P> {
-    /// The signal. Valid while `self` lives.
-    pub fn raw(&self) -> RawSignal {
-        self.pool.raw(self.index)
-    }
-
-    /// The slot index.
-    pub fn slot(&self) -> u32 {
-        self.index
-    }
-}
-
-impl<P: SignalProvider> Clone for SignalShare<'_, P> {
-    fn clone(&self) -> Self {
-        self.pool.add_ref(self.index);
-        SignalShare {
-            pool: self.pool,
-            index: self.index,
-        }
-    }
-}
-
-impl<P: SignalProvider> Drop for SignalShare<'_, P> {
-    fn drop(&mut self) {
-        self.pool.release_ref(self.index);
-    }
-}
-
-impl<P: SignalProvider> fmt::Debug for SignalShare<'_, P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SignalShare")
             .field("slot", &self.index)
             .field("raw", &self.raw())
             .finish()

@@ -5,8 +5,8 @@ use std::fmt;
 /// A signal handle as the runtime knows it: the `handle` field of an `hsa_signal_t`.
 ///
 /// It is `Copy` because it is a plain number; holding one proves nothing about the signal's
-/// lifetime. The pool only ever gives it out through a live [`crate::SignalHandle`] or
-/// [`crate::SignalShare`], so safe code cannot read a signal after it went back to the pool.
+/// lifetime. The pool only ever gives it out through a live [`crate::SignalHandle`], so safe
+/// code cannot read a signal after it went back to the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawSignal(pub u64);
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
@@ -23,12 +23,26 @@ fn pool(capacity: u32, batch: u32) -> SignalPool<FakeProvider> {
     .unwrap()
 }
 
+/// A free signal (the test knows there is one).
+fn take(pool: &SignalPool<FakeProvider>) -> rprof_pool::SignalHandle<'_, FakeProvider> {
+    pool.try_acquire().unwrap().expect("a free signal")
+}
+
+/// A signal, retrying (yielding) while every one is in use, as the engine's interceptor does.
+fn take_retrying(pool: &SignalPool<FakeProvider>) -> rprof_pool::SignalHandle<'_, FakeProvider> {
+    loop {
+        if let Some(h) = pool.try_acquire().unwrap() {
+            return h;
+        }
+        thread::yield_now();
+    }
+}
+
 fn assert_send_sync<T: Send + Sync>() {}
 
 #[test]
 fn handles_are_send_and_sync() {
     assert_send_sync::<rprof_pool::SignalHandle<'static, FakeProvider>>();
-    assert_send_sync::<rprof_pool::SignalShare<'static, FakeProvider>>();
     assert_send_sync::<SignalPool<FakeProvider>>();
 }
 
@@ -58,7 +72,7 @@ fn creates_lazily_in_batches() {
     let mut held = Vec::new();
     let expected_creates = [4, 4, 4, 4, 8, 8, 8, 8, 10, 10];
     for expected in expected_creates {
-        held.push(pool.acquire().unwrap());
+        held.push(take(&pool));
         assert_eq!(pool.provider().creates(), expected);
     }
     let stats = pool.stats();
@@ -99,13 +113,13 @@ fn no_creation_after_warm_up_over_a_million_cycles() {
     let pool = pool(256, 64);
     {
         // Warm up: one batch.
-        let h = pool.acquire().unwrap();
+        let h = take(&pool);
         pool.provider().begin_use(h.raw());
         pool.provider().end_use(h.raw());
     }
     assert_eq!(pool.provider().creates(), 64);
     for _ in 0..1_000_000 {
-        let h = pool.acquire().unwrap();
+        let h = take(&pool);
         let raw = h.raw();
         pool.provider().begin_use(raw);
         pool.provider().end_use(raw);
@@ -124,7 +138,7 @@ fn no_creation_after_warm_up_over_a_million_cycles() {
 #[test]
 fn release_resets_to_initial_value() {
     let pool = pool(1, 1);
-    let h = pool.acquire().unwrap();
+    let h = take(&pool);
     let raw = h.raw();
     pool.provider().begin_use(raw);
     pool.provider().end_use(raw); // GPU decremented it to 0
@@ -133,79 +147,19 @@ fn release_resets_to_initial_value() {
     assert_eq!(pool.provider().value(raw), 1);
     assert_eq!(pool.provider().resets(), 1);
     // Same single signal comes back.
-    assert_eq!(pool.acquire().unwrap().raw(), raw);
+    assert_eq!(take(&pool).raw(), raw);
 }
 
 #[test]
-fn shares_delay_release() {
+fn many_retrying_acquirers_all_get_the_signal() {
     let pool = pool(1, 1);
-    let handle = pool.acquire().unwrap();
-    let raw = handle.raw();
-    let share = handle.share();
-    let share2 = share.clone();
-    assert_eq!(share.raw(), raw);
-    assert_eq!(share2.slot(), handle.slot());
-    drop(handle);
-    assert_eq!(pool.provider().resets(), 0);
-    assert_eq!(pool.stats().in_use, 1);
-    assert!(pool.try_acquire().unwrap().is_none());
-    drop(share);
-    assert_eq!(pool.provider().resets(), 0);
-    assert!(pool.try_acquire().unwrap().is_none());
-    // A share can outlive the handle and move to another thread.
-    thread::scope(|s| {
-        s.spawn(move || {
-            assert_eq!(share2.raw(), raw);
-            drop(share2);
-        });
-    });
-    assert_eq!(pool.provider().resets(), 1);
-    assert_eq!(pool.stats().in_use, 0);
-    assert_eq!(pool.try_acquire().unwrap().unwrap().raw(), raw);
-}
-
-#[test]
-fn back_pressure_wakes_a_blocked_acquirer() {
-    let pool = pool(2, 2);
-    let first = pool.acquire().unwrap();
-    let second = pool.acquire().unwrap();
-    let released = AtomicBool::new(false);
-    let first_raw = first.raw();
-    thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            let h = pool.acquire().unwrap();
-            // It can only have got the signal released below.
-            assert!(released.load(Ordering::SeqCst));
-            h.raw()
-        });
-        // Wait until the waiter has met back-pressure, then give it time to park.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while pool.stats().acquire_waits == 0 {
-            assert!(std::time::Instant::now() < deadline, "waiter never blocked");
-            thread::sleep(Duration::from_millis(1));
-        }
-        thread::sleep(Duration::from_millis(50));
-        assert!(!waiter.is_finished());
-        assert_eq!(pool.stats().acquire_waits, 1);
-        released.store(true, Ordering::SeqCst);
-        drop(first);
-        assert_eq!(waiter.join().unwrap(), first_raw);
-    });
-    drop(second);
-    assert_eq!(pool.provider().creates(), 2);
-    assert_eq!(pool.stats().in_use, 0);
-}
-
-#[test]
-fn many_blocked_acquirers_all_wake() {
-    let pool = pool(1, 1);
-    let held = pool.acquire().unwrap();
+    let held = take(&pool);
     thread::scope(|s| {
         let waiters: Vec<_> = (0..3)
             .map(|_| {
                 s.spawn(|| {
                     for _ in 0..100 {
-                        let h = pool.acquire().unwrap();
+                        let h = take_retrying(&pool);
                         pool.provider().begin_use(h.raw());
                         pool.provider().end_use(h.raw());
                     }
@@ -236,16 +190,18 @@ fn stress_four_threads_never_double_use() {
             s.spawn(move || {
                 barrier.wait();
                 for i in 0..CYCLES {
-                    let h = pool.acquire().unwrap();
+                    let h = take_retrying(pool);
                     let raw = h.raw();
                     pool.provider().begin_use(raw);
                     if (i + t) % 3 == 0 {
-                        // Hand a share to the end of the cycle; release happens on its drop.
-                        let share = h.share();
-                        drop(h);
-                        assert_eq!(share.raw(), raw);
-                        pool.provider().end_use(raw);
-                        drop(share);
+                        // Released on another thread than the one that acquired it.
+                        thread::scope(|s| {
+                            s.spawn(move || {
+                                assert_eq!(h.raw(), raw);
+                                pool.provider().end_use(raw);
+                                drop(h);
+                            });
+                        });
                     } else {
                         pool.provider().end_use(raw);
                         drop(h);
@@ -276,7 +232,7 @@ fn stress_with_growth_under_contention() {
                 barrier.wait();
                 for _ in 0..20_000 {
                     // Hold several at once to force growth while others acquire.
-                    let hs: Vec<_> = (0..40).map(|_| pool.acquire().unwrap()).collect();
+                    let hs: Vec<_> = (0..40).map(|_| take_retrying(pool)).collect();
                     for h in &hs {
                         pool.provider().begin_use(h.raw());
                     }
@@ -310,7 +266,7 @@ fn creation_failure_keeps_existing_signals() {
         },
     )
     .unwrap();
-    let held: Vec<_> = (0..5).map(|_| pool.acquire().unwrap()).collect();
+    let held: Vec<_> = (0..5).map(|_| take(&pool)).collect();
     let stats = pool.stats();
     assert_eq!(stats.created, 5);
     assert_eq!(stats.create_failures, 1);
@@ -325,7 +281,7 @@ fn creation_failure_keeps_existing_signals() {
     assert!(pool.try_acquire().unwrap().is_none());
     assert_eq!(pool.provider().failed_creates.load(Ordering::SeqCst), 1);
     drop(held);
-    let again: Vec<_> = (0..5).map(|_| pool.acquire().unwrap()).collect();
+    let again: Vec<_> = (0..5).map(|_| take(&pool)).collect();
     assert_eq!(pool.provider().creates(), 5);
     drop(again);
 }
@@ -345,15 +301,16 @@ fn creation_failure_with_nothing_created_is_an_error() {
         status: OUT_OF_RESOURCES,
     };
     assert_eq!(
-        pool.acquire().unwrap_err(),
+        pool.try_acquire().unwrap_err(),
         PoolError::Create {
             error,
             pool_size: 0
         }
     );
     // Later calls fail at once instead of waiting forever or retrying the provider.
-    assert_eq!(pool.acquire().unwrap_err(), PoolError::NoSignals(error));
-    assert_eq!(pool.try_acquire().unwrap_err(), PoolError::NoSignals(error));
+    for _ in 0..2 {
+        assert_eq!(pool.try_acquire().unwrap_err(), PoolError::NoSignals(error));
+    }
     assert_eq!(pool.provider().failed_creates.load(Ordering::SeqCst), 1);
     assert_eq!(pool.stats().create_failures, 1);
 }
@@ -370,7 +327,7 @@ fn batch_failing_after_earlier_batches_errors_only_if_empty() {
         },
     )
     .unwrap();
-    let held: Vec<_> = (0..4).map(|_| pool.acquire().unwrap()).collect();
+    let held: Vec<_> = (0..4).map(|_| take(&pool)).collect();
     let error = ProviderError {
         status: OUT_OF_RESOURCES,
     };
@@ -391,49 +348,48 @@ fn batch_failing_after_earlier_batches_errors_only_if_empty() {
 #[test]
 fn shutdown_refuses_while_in_use_then_destroys_everything() {
     let pool = pool(8, 4);
-    let h = pool.acquire().unwrap();
-    let share = h.share();
-    let other = pool.acquire().unwrap();
+    let h = take(&pool);
+    let h2 = take(&pool);
+    let other = take(&pool);
     drop(other);
-    assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
+    assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 2 }));
     assert_eq!(pool.provider().destroys(), 0);
     // The pool still works after a refused shutdown.
-    let again = pool.acquire().unwrap();
+    let again = take(&pool);
     drop(again);
     drop(h);
     assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
-    drop(share);
+    drop(h2);
     assert_eq!(pool.shutdown(), Ok(4));
     assert_eq!(pool.provider().destroys(), 4);
-    assert_eq!(pool.acquire().unwrap_err(), PoolError::Closed);
     assert_eq!(pool.try_acquire().unwrap_err(), PoolError::Closed);
     assert_eq!(pool.shutdown(), Err(PoolError::Closed));
     drop(pool); // no second destroy (the fake panics on one)
 }
 
 #[test]
-fn shutdown_wakes_parked_acquirers_with_closed() {
+fn shutdown_with_a_handle_out_then_after_release() {
     let pool = pool(1, 1);
-    let held = pool.acquire().unwrap();
+    let held = take(&pool);
     thread::scope(|s| {
-        let waiter = s.spawn(|| pool.acquire().map(|h| h.raw()));
+        let acquirer = s.spawn(|| take_retrying(&pool).raw());
         thread::sleep(Duration::from_millis(100));
         assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 1 }));
         drop(held);
-        // The waiter gets the released signal, not Closed.
-        assert!(waiter.join().unwrap().is_ok());
+        // The retrying acquirer gets the released signal, not Closed.
+        assert_eq!(acquirer.join().unwrap().0, 1);
     });
     assert_eq!(pool.shutdown(), Ok(1));
     thread::scope(|s| {
-        let waiter = s.spawn(|| pool.acquire().map(|h| h.raw()));
-        assert_eq!(waiter.join().unwrap(), Err(PoolError::Closed));
+        let acquirer = s.spawn(|| pool.try_acquire().map(|h| h.is_some()));
+        assert_eq!(acquirer.join().unwrap(), Err(PoolError::Closed));
     });
 }
 
 #[test]
 fn drop_destroys_each_created_signal_once() {
     let pool = pool(100, 30);
-    let held: Vec<_> = (0..31).map(|_| pool.acquire().unwrap()).collect();
+    let held: Vec<_> = (0..31).map(|_| take(&pool)).collect();
     drop(held);
     let provider_destroys = {
         let p = &pool;
@@ -474,14 +430,11 @@ impl SignalProvider for Noop {
 #[test]
 fn debug_output_names_slot_and_signal() {
     let pool = SignalPool::new(Noop, PoolConfig::default()).unwrap();
-    let h = pool.acquire().unwrap();
+    let h = pool.try_acquire().unwrap().expect("a free signal");
     assert_eq!(
         format!("{h:?}"),
         "SignalHandle { slot: 0, raw: RawSignal(7) }"
     );
-    assert_eq!(
-        format!("{:?}", h.share()),
-        "SignalShare { slot: 0, raw: RawSignal(7) }"
-    );
+
     assert_eq!(pool.stats().created, 64);
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use super::{
     boottime_ns, clamp_times, CompletionBackend, DispatchSignal, Engine, GateState, InFlight,
-    SerialGate, SleepKind, STOP_COMPLETION,
+    SerialGate, STOP_COMPLETION,
 };
 use crate::record::Record;
+use crate::wait::{Doubling, Pace, SleepKind, Sleeper, Wait};
 
 /// Longest a parked completion thread sleeps before looking again (it is
 /// normally woken by the interceptor when work arrives).
@@ -21,6 +22,12 @@ const PARK_TIMEOUT: Duration = Duration::from_millis(50);
 const SERIAL_YIELD_ROUNDS: u32 = 32;
 /// Nap while serialized dispatches wait and nothing changes.
 const SERIAL_NAP: Duration = Duration::from_micros(20);
+/// The serialized / host-forwarded idle schedule.
+const SERIAL_PACE: Pace = Pace::new(SERIAL_YIELD_ROUNDS, SERIAL_NAP);
+/// How the completion thread waits for room in the record queue: 15
+/// yields, then naps of 100 µs (bounded by [`super::WRITER_STALL`] without
+/// writer progress).
+const RECORD_PUSH_PACE: Pace = Pace::new(15, Duration::from_micros(100));
 /// How many of the oldest in-flight dispatches an ordinary pass reads.
 const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
@@ -99,10 +106,44 @@ impl Serializer {
     }
 }
 
+/// What one pass found among the tracked dispatches.
+struct Scan {
+    /// Finished dispatches, moved to the front of the tracked list.
+    done: usize,
+    /// The pass read every tracked signal.
+    full: bool,
+    /// Someone waits for this thread: a serialized dispatch for its grant,
+    /// or the app for a signal forwarded by the host.
+    latency_bound: bool,
+}
+
+/// What shutdown asks of the completion loop after a pass.
+enum AfterStop {
+    /// Not stopping (or still recycling for the ring guard): go on.
+    Run,
+    /// Recorded dispatches just settled and the guard stays: next pass.
+    Again,
+    /// Everything forgotten: the thread returns.
+    Return,
+}
+
+/// The completion thread's idle schedule between passes.
+struct Idle {
+    /// Sleep between polls while dispatches are in flight and none completes.
+    backoff: Doubling,
+    /// Idle passes while someone waits for this thread.
+    serial_idle: u32,
+}
+
 impl<S: DispatchSignal> Engine<S> {
     /// The completion loop. Returns after [`Engine::begin_shutdown`], once
     /// everything still tracked has been processed or given up on (counted
     /// as lost).
+    ///
+    /// Each pass: take what interceptors published, find what finished
+    /// (the oldest few, or everything on a full pass), retire it, drop what
+    /// destroyed queues left, settle at shutdown, let serialized kernels
+    /// through, then rest by the idle schedule.
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
         // In submission order; finished entries are moved to the front and
         // popped, so a pass moves only what finished (a `Vec` would shift
@@ -110,177 +151,237 @@ impl<S: DispatchSignal> Engine<S> {
         let mut tracked: VecDeque<InFlight<S>> = VecDeque::with_capacity(self.pending.capacity());
         let mut pass = 0u32;
         let mut serializer = Serializer::default();
-        let min_sleep = self.options.min_backoff.min(self.options.max_backoff);
-        let mut sleep = min_sleep;
-        let mut serial_idle = 0u32;
+        let mut idle = Idle {
+            backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
+            serial_idle: 0,
+        };
+        let sleeper = self.completion_wake.sleeper();
         loop {
-            // Take what is published, but leave the newest entry to the next
-            // pass: `ArrayQueue::pop` spins on a slot whose push has been
-            // claimed and not yet written, and an app thread preempted in
-            // that window (a core shared with the device and the app) made
-            // this thread spin for its time slice. A lone entry is taken.
-            let available = self.pending.len();
-            let take = if available > 1 {
-                available - 1
-            } else {
-                available
-            };
-            for _ in 0..take {
-                match self.pending.pop() {
-                    Some(e) => tracked.push_back(e),
-                    None => break,
-                }
-            }
-            // Find the finished ones first, then read the clock: every
-            // dispatch counted here ended before `observed`. Dispatches of a
-            // destroyed queue that did not finish never will.
-            //
-            // Dispatches finish roughly in submission order, so an ordinary
-            // pass reads only the oldest SCAN_WINDOW signals (reading all of
-            // several thousand in-flight signals every pass was this
-            // thread's main cost); later ones are found by a later pass,
-            // which moves no timestamp. Every FULL_SCAN_EVERY-th pass, and
-            // whenever an interceptor waits for signals or ring space, a
-            // pass reads everything; so do serialized and host-forwarded
-            // runs, where someone waits for each dispatch.
-            let waited_for = self.options.serialize || self.options.host_forwarding;
-            let full_scan =
-                waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+            self.take_published(&mut tracked);
+            let scan = self.scan(backend, &mut tracked, pass);
             pass = pass.wrapping_add(1);
-            let limit = if full_scan {
-                tracked.len()
+            self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
+            let dropped = if scan.full {
+                self.drop_destroyed(&mut tracked, &mut serializer)
             } else {
-                tracked.len().min(SCAN_WINDOW)
+                0
             };
-            let mut done = 0;
-            let mut dropped = 0;
-            // Someone waits for this thread: a serialized dispatch for its
-            // grant, or the app for a signal forwarded by the host.
-            let mut latency_bound = false;
-            for i in 0..limit {
-                if backend.signal_value(tracked[i].signal.handle()) <= 0 {
-                    tracked.swap(i, done);
-                    done += 1;
-                } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
-                    latency_bound = true;
-                }
-            }
-            if done > 0 {
-                let observed = boottime_ns();
-                for entry in tracked.drain(..done) {
-                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
-                    self.complete(backend, entry, observed);
-                }
-            }
-            // Destroyed queues are rare: look for their leftovers on full
-            // passes only (the destroy hook waits for them with a timeout).
-            let mut i = 0;
-            while full_scan && i < tracked.len() {
-                if tracked[i].queue.destroyed.load(Ordering::Acquire) {
-                    let Some(entry) = tracked.swap_remove_back(i) else {
-                        break;
-                    };
-                    serializer.release(entry.record.agent_index, entry.serial.as_ref());
-                    self.abandon(entry);
-                    dropped += 1;
-                } else {
-                    i += 1;
-                }
-            }
-            let stopping = self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
-            if stopping
-                && self.records_closed.load(Ordering::Acquire)
-                && !self.keep_guard.load(Ordering::Acquire)
-            {
-                // The guard after the stop ended (the runtime shuts down):
-                // forget what is still tracked (unrecorded) and return.
-                tracked.drain(..).for_each(InFlight::abandon);
-                return;
-            }
-            if stopping && !self.records_closed.load(Ordering::Acquire) {
-                // Everything published so far, including the newest entry.
-                while let Some(e) = self.pending.pop() {
-                    tracked.push_back(e);
-                }
-                // Recorded dispatches still running will not be waited for:
-                // counted lost. With the guard kept after the stop they stay
-                // tracked (unrecorded) until they finish, so their slots and
-                // signals come back; otherwise they are forgotten.
-                let keep = self.keep_guard.load(Ordering::Acquire);
-                let mut left = 0u64;
-                let mut i = 0;
-                while i < tracked.len() {
-                    if !tracked[i].recorded {
-                        i += 1;
-                        continue;
-                    }
-                    left += 1;
-                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    if keep {
-                        tracked[i].recorded = false;
-                        i += 1;
-                        continue;
-                    }
-                    let Some(entry) = tracked.swap_remove_back(i) else {
-                        break;
-                    };
-                    entry.abandon();
-                }
-                self.count_lost(left);
-                self.records_closed.store(true, Ordering::Release);
-                self.writer_wake.notify();
-                if !keep {
-                    // Unrecorded leftovers: forgotten as well.
-                    tracked.drain(..).for_each(InFlight::abandon);
-                    return;
-                }
-                continue;
+            match self.settle_at_stop(&mut tracked) {
+                AfterStop::Run => {}
+                AfterStop::Again => continue,
+                AfterStop::Return => return,
             }
             let serial_changed =
                 self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
-            if done > 0 || dropped > 0 || serial_changed {
-                sleep = min_sleep;
-                serial_idle = 0;
-                if latency_bound {
-                    continue;
-                }
-                // An interceptor waits for ring space or signals: look again
-                // at once. Otherwise let completions accumulate: timestamps
-                // do not depend on when they are read, and nobody but rprof
-                // waits on these signals.
-                if !self.urgent.swap(false, Ordering::AcqRel) {
-                    self.completion_wake
-                        .sleep(SleepKind::Backoff, min_sleep, || {
-                            self.urgent.load(Ordering::Acquire)
-                        });
-                }
+            let progress = scan.done > 0 || dropped > 0 || serial_changed;
+            self.rest(&sleeper, &mut idle, progress, &scan, tracked.is_empty());
+        }
+    }
+
+    /// Takes what is published, but leaves the newest entry to the next
+    /// pass: `ArrayQueue::pop` spins on a slot whose push has been claimed
+    /// and not yet written, and an app thread preempted in that window (a
+    /// core shared with the device and the app) made this thread spin for
+    /// its time slice. A lone entry is taken.
+    fn take_published(&self, tracked: &mut VecDeque<InFlight<S>>) {
+        let available = self.pending.len();
+        let take = if available > 1 {
+            available - 1
+        } else {
+            available
+        };
+        for _ in 0..take {
+            match self.pending.pop() {
+                Some(e) => tracked.push_back(e),
+                None => break,
+            }
+        }
+    }
+
+    /// Finds the finished dispatches and moves them to the front.
+    ///
+    /// Dispatches finish roughly in submission order, so an ordinary pass
+    /// reads only the oldest SCAN_WINDOW signals (reading all of several
+    /// thousand in-flight signals every pass was this thread's main cost);
+    /// later ones are found by a later pass, which moves no timestamp. Every
+    /// FULL_SCAN_EVERY-th pass, and whenever an interceptor waits for
+    /// signals or ring space, a pass reads everything; so do serialized and
+    /// host-forwarded runs, where someone waits for each dispatch.
+    fn scan(
+        &self,
+        backend: &dyn CompletionBackend,
+        tracked: &mut VecDeque<InFlight<S>>,
+        pass: u32,
+    ) -> Scan {
+        let waited_for = self.options.serialize || self.options.host_forwarding;
+        let full = waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+        let limit = if full {
+            tracked.len()
+        } else {
+            tracked.len().min(SCAN_WINDOW)
+        };
+        let mut done = 0;
+        let mut latency_bound = false;
+        for i in 0..limit {
+            if backend.signal_value(tracked[i].signal.handle()) <= 0 {
+                tracked.swap(i, done);
+                done += 1;
+            } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
+                latency_bound = true;
+            }
+        }
+        Scan {
+            done,
+            full,
+            latency_bound,
+        }
+    }
+
+    /// Retires the `done` finished dispatches at the front. The clock is
+    /// read after finding them: every one of them ended before `observed`.
+    fn retire_finished(
+        &self,
+        backend: &dyn CompletionBackend,
+        tracked: &mut VecDeque<InFlight<S>>,
+        serializer: &mut Serializer,
+        done: usize,
+    ) {
+        if done == 0 {
+            return;
+        }
+        let observed = boottime_ns();
+        for entry in tracked.drain(..done) {
+            serializer.release(entry.record.agent_index, entry.serial.as_ref());
+            self.complete(backend, entry, observed);
+        }
+    }
+
+    /// Drops the dispatches of destroyed queues (they never finish).
+    /// Destroyed queues are rare: full passes only (the destroy hook waits
+    /// for them with a timeout). Returns how many were dropped.
+    fn drop_destroyed(
+        &self,
+        tracked: &mut VecDeque<InFlight<S>>,
+        serializer: &mut Serializer,
+    ) -> usize {
+        let mut dropped = 0;
+        let mut i = 0;
+        while i < tracked.len() {
+            if tracked[i].queue.destroyed.load(Ordering::Acquire) {
+                let Some(entry) = tracked.swap_remove_back(i) else {
+                    break;
+                };
+                serializer.release(entry.record.agent_index, entry.serial.as_ref());
+                self.abandon(entry);
+                dropped += 1;
+            } else {
+                i += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Shutdown's part of a pass: once stopping, settle the recorded
+    /// dispatches (counted lost if still running) and close the records;
+    /// forget everything when the guard is not kept (or no longer).
+    fn settle_at_stop(&self, tracked: &mut VecDeque<InFlight<S>>) -> AfterStop {
+        if self.state.load(Ordering::Acquire) < STOP_COMPLETION {
+            return AfterStop::Run;
+        }
+        if self.records_closed.load(Ordering::Acquire) {
+            if self.keep_guard.load(Ordering::Acquire) {
+                return AfterStop::Run;
+            }
+            // The guard after the stop ended (the runtime shuts down):
+            // forget what is still tracked (unrecorded) and return.
+            tracked.drain(..).for_each(InFlight::abandon);
+            return AfterStop::Return;
+        }
+        // Everything published so far, including the newest entry.
+        while let Some(e) = self.pending.pop() {
+            tracked.push_back(e);
+        }
+        // Recorded dispatches still running will not be waited for: counted
+        // lost. With the guard kept after the stop they stay tracked
+        // (unrecorded) until they finish, so their slots and signals come
+        // back; otherwise they are forgotten.
+        let keep = self.keep_guard.load(Ordering::Acquire);
+        let mut left = 0u64;
+        let mut i = 0;
+        while i < tracked.len() {
+            if !tracked[i].recorded {
+                i += 1;
                 continue;
             }
-            if tracked.is_empty() {
-                self.completion_wake
-                    .sleep(SleepKind::Parked, PARK_TIMEOUT, || {
-                        !self.pending.is_empty()
-                            || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-                                && (!self.records_closed.load(Ordering::Acquire)
-                                    || !self.keep_guard.load(Ordering::Acquire)))
-                    });
-                sleep = min_sleep;
-            } else if latency_bound {
-                // Gaps between serialized kernels, and the app's view of a
-                // host-forwarded signal, are this thread's latency.
-                serial_idle += 1;
-                if serial_idle < SERIAL_YIELD_ROUNDS {
-                    std::thread::yield_now();
-                } else {
-                    self.completion_wake
-                        .sleep(SleepKind::Backoff, SERIAL_NAP, || !self.pending.is_empty());
-                }
-            } else {
-                self.completion_wake.sleep(SleepKind::Backoff, sleep, || {
+            left += 1;
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            if keep {
+                tracked[i].recorded = false;
+                i += 1;
+                continue;
+            }
+            let Some(entry) = tracked.swap_remove_back(i) else {
+                break;
+            };
+            entry.abandon();
+        }
+        self.count_lost(left);
+        self.records_closed.store(true, Ordering::Release);
+        self.writer_wake.notify();
+        if keep {
+            return AfterStop::Again;
+        }
+        // Unrecorded leftovers: forgotten as well.
+        tracked.drain(..).for_each(InFlight::abandon);
+        AfterStop::Return
+    }
+
+    /// Rests between passes. After progress: at once when someone waits
+    /// for this thread or an interceptor asked, else the shortest backoff.
+    /// Idle: park when nothing is tracked; yield, then nap, while someone
+    /// waits; else a backoff that doubles up to `max_backoff`.
+    fn rest(
+        &self,
+        sleeper: &Sleeper<'_>,
+        idle: &mut Idle,
+        progress: bool,
+        scan: &Scan,
+        nothing_tracked: bool,
+    ) {
+        if progress {
+            idle.backoff.reset();
+            idle.serial_idle = 0;
+            if scan.latency_bound {
+                return;
+            }
+            // An interceptor waits for ring space or signals: look again at
+            // once. Otherwise let completions accumulate: timestamps do not
+            // depend on when they are read, and nobody but rprof waits on
+            // these signals.
+            if !self.urgent.swap(false, Ordering::AcqRel) {
+                sleeper.sleep(SleepKind::Backoff, idle.backoff.min(), || {
                     self.urgent.load(Ordering::Acquire)
                 });
-                sleep = (sleep * 2).min(self.options.max_backoff);
             }
+        } else if nothing_tracked {
+            sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
+                !self.pending.is_empty()
+                    || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+                        && (!self.records_closed.load(Ordering::Acquire)
+                            || !self.keep_guard.load(Ordering::Acquire)))
+            });
+            idle.backoff.reset();
+        } else if scan.latency_bound {
+            // Gaps between serialized kernels, and the app's view of a
+            // host-forwarded signal, are this thread's latency.
+            idle.serial_idle += 1;
+            sleeper.pause(SERIAL_PACE, idle.serial_idle, SleepKind::Backoff, || {
+                !self.pending.is_empty()
+            });
+        } else {
+            sleeper.sleep(SleepKind::Backoff, idle.backoff.step(), || {
+                self.urgent.load(Ordering::Acquire)
+            });
         }
     }
 
@@ -296,13 +397,16 @@ impl<S: DispatchSignal> Engine<S> {
         drop(entry);
     }
 
+    /// Retires one finished dispatch: forwards the app's signal (host
+    /// forwarding), reads and clamps its times, gives its signals and ring
+    /// slots back, and hands its record to the writer.
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
         let slots = entry.slots();
+        if entry.host_forward != 0 {
+            backend.forward(entry.host_forward);
+        }
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing.
-            if entry.host_forward != 0 {
-                backend.forward(entry.host_forward);
-            }
             entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
             entry.queue.slots.fetch_sub(slots, Ordering::AcqRel);
             drop(entry);
@@ -313,72 +417,71 @@ impl<S: DispatchSignal> Engine<S> {
             queue,
             signal,
             serial,
-            host_forward,
             ..
         } = entry;
-        if host_forward != 0 {
-            backend.forward(host_forward);
-        }
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).
         drop(signal);
         drop(serial);
-        let ((start, end), start_moved, end_moved) =
-            clamp_times(record.enqueue_ns, observed, times);
+        (record.start_ns, record.end_ns) = self.clamp_counted(record.enqueue_ns, observed, times);
+        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        queue.slots.fetch_sub(slots, Ordering::AcqRel);
+        self.push_record(Record::Dispatch(record));
+        self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
+            self.writer_wake.notify();
+        }
+    }
+
+    /// [`clamp_times`], counting the timestamps it moved.
+    fn clamp_counted(
+        &self,
+        enqueue_ns: u64,
+        observed: u64,
+        times: Option<(u64, u64)>,
+    ) -> (u64, u64) {
+        let (times, start_moved, end_moved) = clamp_times(enqueue_ns, observed, times);
         if start_moved {
             self.counters.start_clamped.fetch_add(1, Ordering::Relaxed);
         }
         if end_moved {
             self.counters.end_clamped.fetch_add(1, Ordering::Relaxed);
         }
-        record.start_ns = start;
-        record.end_ns = end;
-        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-        queue.slots.fetch_sub(slots, Ordering::AcqRel);
-        let mut rec = Record::Dispatch(record);
-        let mut waited = 0u32;
+        times
+    }
+
+    /// Pushes a record for the writer, waiting for room while the writer
+    /// makes progress (back-pressure, never loss); a writer that takes
+    /// nothing for WRITER_STALL is stuck, and a gone or stuck writer's
+    /// records are dropped (counted lost) instead of waited for.
+    fn push_record(&self, mut rec: Record) {
         let mut seen = self.writer_progress.load(Ordering::Acquire);
-        let mut since = None::<std::time::Instant>;
+        let mut wait = None::<Wait>;
         loop {
             match self.records.push(rec) {
-                Ok(()) => break,
+                Ok(()) => return,
                 Err(_)
                     if self.writer_gone.load(Ordering::Acquire)
                         || self.writer_stalled.load(Ordering::Acquire) =>
                 {
                     self.count_lost(1);
-                    break;
+                    return;
                 }
-                Err(back) => {
-                    // Wait for the writer while it makes progress (back-
-                    // pressure, never loss); a writer that takes nothing
-                    // for WRITER_STALL is stuck: drop instead of waiting.
-                    rec = back;
-                    self.writer_wake.notify();
-                    let now_seen = self.writer_progress.load(Ordering::Acquire);
-                    if now_seen != seen {
-                        seen = now_seen;
-                        since = None;
-                    }
-                    let start = *since.get_or_insert_with(std::time::Instant::now);
-                    if start.elapsed() >= super::WRITER_STALL {
-                        self.writer_stalled.store(true, Ordering::Release);
-                        continue;
-                    }
-                    waited += 1;
-                    if waited < 16 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                }
+                Err(back) => rec = back,
             }
-        }
-        self.counters.completed.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
             self.writer_wake.notify();
+            let wait = wait
+                .get_or_insert_with(|| Wait::with_timeout(super::WRITER_STALL, RECORD_PUSH_PACE));
+            let now_seen = self.writer_progress.load(Ordering::Acquire);
+            if now_seen != seen {
+                seen = now_seen;
+                wait.renew(std::time::Instant::now() + super::WRITER_STALL);
+            }
+            if !wait.pause() {
+                self.writer_stalled.store(true, Ordering::Release);
+            }
         }
     }
 }

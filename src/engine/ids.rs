@@ -1,8 +1,9 @@
-//! Correlation and dispatch ids, the enqueuing thread id and the clock.
+//! Correlation and dispatch ids, the enqueuing thread id, and the clock
+//! (re-exported from `rprof-abi`, the one `clock_gettime` wrapper).
 //!
 //! # Safety
-//! Reading `CLOCK_BOOTTIME` and the thread id are libc calls, hence the two
-//! small `unsafe` blocks; nothing else here is unsafe.
+//! Reading the thread id is a libc call, hence the one small `unsafe`
+//! block; nothing else here is unsafe.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,20 +90,7 @@ impl IdAllocator {
     }
 }
 
-/// `CLOCK_BOOTTIME` in nanoseconds: the clock ROCr translates GPU timestamps
-/// into, and the one every rprof record uses.
-pub fn boottime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on
-    // every Linux rprof supports, and on failure `ts` stays zeroed.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
-}
+pub use rprof_abi::clock::boottime_ns;
 
 thread_local! {
     static THREAD_ID: Cell<u32> = const { Cell::new(0) };

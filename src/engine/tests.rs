@@ -10,7 +10,7 @@ use hsa_sys::{
 };
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const SIGNALS: usize = 4096;
 
@@ -70,6 +70,11 @@ impl FakePool {
         }
         FakePool { signals, free, cap }
     }
+
+    /// Signals on the free list now.
+    fn available(&self) -> usize {
+        self.free.len()
+    }
 }
 
 impl SignalSource<FakeSignal> for FakePool {
@@ -79,9 +84,6 @@ impl SignalSource<FakeSignal> for FakePool {
             signals: self.signals.clone(),
             free: self.free.clone(),
         })
-    }
-    fn available(&self) -> usize {
-        self.free.len()
     }
     fn capacity(&self) -> usize {
         self.cap
@@ -602,15 +604,7 @@ fn bench_interceptor_cost_per_dispatch() {
     let pkt_plain = kernel_packet(1, 0);
     let pkt_signal = kernel_packet(2, 3000);
     let mut buf: Vec<RawPacket> = Vec::with_capacity(4);
-    let thread_cpu = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid timespec out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
+    let thread_cpu = || rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
     let cpu0 = thread_cpu();
     let t0 = Instant::now();
     for i in 0..CALLS {
@@ -1262,9 +1256,6 @@ impl SignalSource<FakeSignal> for StallingSource {
             std::thread::sleep(Duration::from_millis(300));
         }
         self.inner.try_acquire()
-    }
-    fn available(&self) -> usize {
-        self.inner.available()
     }
     fn capacity(&self) -> usize {
         self.inner.capacity()

@@ -1,12 +1,14 @@
 //! The writer thread: drains records into the sinks.
 
+use std::io;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{DispatchSignal, Engine, SleepKind, STOP_WRITER};
+use super::{DispatchSignal, Engine, STOP_WRITER};
 use crate::kernels::KernelTable;
 use crate::record::{AgentInfo, Record, RunInfo, RunMetadata};
 use crate::sink::{KernelInfo, RecordSink};
+use crate::wait::SleepKind;
 
 /// How long an idle writer sleeps before looking again (it is woken early
 /// when the record queue fills up).
@@ -22,13 +24,7 @@ pub trait KernelNames {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool));
 }
 
-impl KernelNames for KernelTable {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
-        let entry = self.resolve(kernel_object);
-        f(&entry.info(), entry.keep);
-    }
-}
-
+/// The live table (shared with the tool's symbol hooks, hence by reference).
 impl KernelNames for &KernelTable {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
         let entry = self.resolve(kernel_object);
@@ -55,6 +51,53 @@ pub struct WriterOutcome {
     pub intercept_ns: u64,
 }
 
+/// The sinks of a run and how each fared: a sink is called until its first
+/// error, which is reported once on stderr, then skipped.
+struct Sinks<'a> {
+    sinks: &'a mut [Box<dyn RecordSink + Send>],
+    failures: Vec<Option<String>>,
+    errors: u64,
+}
+
+impl<'a> Sinks<'a> {
+    fn new(sinks: &'a mut [Box<dyn RecordSink + Send>]) -> Self {
+        let failures = vec![None; sinks.len()];
+        Sinks {
+            sinks,
+            failures,
+            errors: 0,
+        }
+    }
+
+    /// Calls `call` on every sink that has not failed; `what` names the
+    /// call in the report of a failure.
+    fn each(&mut self, what: &str, mut call: impl FnMut(&mut dyn RecordSink) -> io::Result<()>) {
+        for (i, sink) in self.sinks.iter_mut().enumerate() {
+            if self.failures[i].is_some() {
+                continue;
+            }
+            if let Err(e) = call(sink.as_mut()) {
+                self.errors += 1;
+                eprintln!("rprof: output {i} failed in {what}: {e}; it is disabled for the rest of the run");
+                self.failures[i] = Some(format!("{what} failed: {e}"));
+            }
+        }
+    }
+}
+
+/// What the writer counted on its way.
+#[derive(Debug, Default)]
+struct Tally {
+    dispatches: u64,
+    filtered_out: u64,
+    intercept_calls: u64,
+    intercept_ns: u64,
+    rpc_wakes: u64,
+}
+
+/// Most records taken off the queue between two flush checks.
+const DRAIN_BATCH: usize = 4096;
+
 impl<S: DispatchSignal> Engine<S> {
     /// The writer loop: `start` on every sink, then every record in arrival
     /// order, then `finish` with the run metadata once
@@ -67,92 +110,21 @@ impl<S: DispatchSignal> Engine<S> {
         run: &RunInfo,
         agents: &[AgentInfo],
     ) -> WriterOutcome {
-        let mut failed = vec![false; sinks.len()];
-        let mut failures: Vec<Option<String>> = vec![None; sinks.len()];
-        let mut errors = 0u64;
-        let mut report = |i: usize, failed: &mut Vec<bool>, what: &str, e: std::io::Error| {
-            errors += 1;
-            if !failed[i] {
-                eprintln!("rprof: output {i} failed in {what}: {e}; it is disabled for the rest of the run");
-                failed[i] = true;
-                failures[i] = Some(format!("{what} failed: {e}"));
-            }
-        };
-        for (i, sink) in sinks.iter_mut().enumerate() {
-            if let Err(e) = sink.start(run, agents) {
-                report(i, &mut failed, "start", e);
-            }
-        }
-        let mut dispatches = 0u64;
-        let mut filtered_out = 0u64;
-        let mut intercept_calls = 0u64;
-        let mut intercept_ns = 0u64;
-        let mut rpc_wakes = 0u64;
+        let mut sinks = Sinks::new(sinks);
+        let mut tally = Tally::default();
+        sinks.each("start", |s| s.start(run, agents));
         let mut dirty = false;
-        let mut last_flush = std::time::Instant::now();
+        let mut last_flush = Instant::now();
+        let sleeper = self.writer_wake.sleeper();
         loop {
-            let mut got = false;
-            for rec in std::iter::from_fn(|| self.records.pop()).take(4096) {
-                got = true;
-                self.writer_progress.fetch_add(1, Ordering::Release);
-                if self.writer_stalled.load(Ordering::Relaxed) {
-                    self.writer_stalled.store(false, Ordering::Release);
-                }
-                match rec {
-                    Record::Intercept(r) => {
-                        intercept_calls += 1;
-                        intercept_ns += r.end_ns.saturating_sub(r.begin_ns);
-                        for (i, sink) in sinks.iter_mut().enumerate() {
-                            if !failed[i] {
-                                if let Err(e) = sink.intercept(&r) {
-                                    report(i, &mut failed, "intercept", e);
-                                }
-                            }
-                        }
-                    }
-                    Record::RpcWake(w) => {
-                        rpc_wakes += 1;
-                        for (i, sink) in sinks.iter_mut().enumerate() {
-                            if !failed[i] {
-                                if let Err(e) = sink.rpc_wake(&w) {
-                                    report(i, &mut failed, "rpc_wake", e);
-                                }
-                            }
-                        }
-                    }
-                    Record::Dispatch(d) => {
-                        names.with_kernel(d.kernel_object, &mut |k, keep| {
-                            if !keep {
-                                filtered_out += 1;
-                                return;
-                            }
-                            dispatches += 1;
-                            for (i, sink) in sinks.iter_mut().enumerate() {
-                                if !failed[i] {
-                                    if let Err(e) = sink.dispatch(&d, k) {
-                                        report(i, &mut failed, "dispatch", e);
-                                    }
-                                }
-                            }
-                        });
-                    }
-                }
-            }
+            let got = self.drain_records(&mut sinks, names, &mut tally);
             // Periodic flush: what reached the sinks is on disk within
             // FLUSH_EVERY (a killed process leaves a readable prefix).
-            if got {
-                dirty = true;
-            }
+            dirty |= got;
             if dirty && last_flush.elapsed() >= FLUSH_EVERY {
-                for (i, sink) in sinks.iter_mut().enumerate() {
-                    if !failed[i] {
-                        if let Err(e) = sink.flush() {
-                            report(i, &mut failed, "flush", e);
-                        }
-                    }
-                }
+                sinks.each("flush", |s| s.flush());
                 dirty = false;
-                last_flush = std::time::Instant::now();
+                last_flush = Instant::now();
             }
             if got {
                 continue;
@@ -160,28 +132,71 @@ impl<S: DispatchSignal> Engine<S> {
             if self.state.load(Ordering::Acquire) >= STOP_WRITER && self.records.is_empty() {
                 break;
             }
-            self.writer_wake.sleep(SleepKind::Parked, WRITER_IDLE, || {
+            sleeper.sleep(SleepKind::Parked, WRITER_IDLE, || {
                 self.records.len() * 2 >= self.records.capacity()
                     || self.state.load(Ordering::Acquire) >= STOP_WRITER
             });
         }
         let mut metadata = self.metadata();
-        metadata.dispatches = dispatches;
-        metadata.filtered_out = filtered_out;
-        metadata.rpc_wakes = rpc_wakes;
-        for (i, sink) in sinks.iter_mut().enumerate() {
-            if !failed[i] {
-                if let Err(e) = sink.finish(&metadata) {
-                    report(i, &mut failed, "finish", e);
-                }
-            }
-        }
+        metadata.dispatches = tally.dispatches;
+        metadata.filtered_out = tally.filtered_out;
+        metadata.rpc_wakes = tally.rpc_wakes;
+        sinks.each("finish", |s| s.finish(&metadata));
         WriterOutcome {
             metadata,
-            sink_errors: errors,
-            sink_failures: failures,
-            intercept_calls,
-            intercept_ns,
+            sink_errors: sinks.errors,
+            sink_failures: sinks.failures,
+            intercept_calls: tally.intercept_calls,
+            intercept_ns: tally.intercept_ns,
         }
+    }
+
+    /// Takes up to [`DRAIN_BATCH`] records off the queue into the sinks;
+    /// returns whether there was any.
+    fn drain_records(
+        &self,
+        sinks: &mut Sinks<'_>,
+        names: &mut dyn KernelNames,
+        tally: &mut Tally,
+    ) -> bool {
+        let mut got = false;
+        for rec in std::iter::from_fn(|| self.records.pop()).take(DRAIN_BATCH) {
+            got = true;
+            self.writer_progress.fetch_add(1, Ordering::Release);
+            if self.writer_stalled.load(Ordering::Relaxed) {
+                self.writer_stalled.store(false, Ordering::Release);
+            }
+            write_record(rec, sinks, names, tally);
+        }
+        got
+    }
+}
+
+/// One record into every sink (a dispatch only if the filters keep its
+/// kernel), counted in `tally`.
+fn write_record(
+    rec: Record,
+    sinks: &mut Sinks<'_>,
+    names: &mut dyn KernelNames,
+    tally: &mut Tally,
+) {
+    match rec {
+        Record::Intercept(r) => {
+            tally.intercept_calls += 1;
+            tally.intercept_ns += r.end_ns.saturating_sub(r.begin_ns);
+            sinks.each("intercept", |s| s.intercept(&r));
+        }
+        Record::RpcWake(w) => {
+            tally.rpc_wakes += 1;
+            sinks.each("rpc_wake", |s| s.rpc_wake(&w));
+        }
+        Record::Dispatch(d) => names.with_kernel(d.kernel_object, &mut |k, keep| {
+            if !keep {
+                tally.filtered_out += 1;
+                return;
+            }
+            tally.dispatches += 1;
+            sinks.each("dispatch", |s| s.dispatch(&d, k));
+        }),
     }
 }

@@ -21,10 +21,6 @@
 //! are never moved. State is bounded by threads + queues × lanes + kernels
 //! (+ at most [`LAUNCH_TABLE_LIMIT`] launch configurations in
 //! [`KernelArgs::Standard`]).
-//!
-//! # Safety
-//!
-//! Reading the host clocks for the clock snapshot calls `clock_gettime`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -307,20 +303,11 @@ impl PerfettoSink {
 }
 
 fn read_clocks() -> ClockReadings {
-    fn read(clock: libc::clockid_t) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; clock_gettime only
-        // writes it and cannot fail for these builtin clock ids.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
+    use rprof_abi::clock::{now_ns, Clock};
     ClockReadings {
-        boottime_ns: read(libc::CLOCK_BOOTTIME),
-        monotonic_ns: read(libc::CLOCK_MONOTONIC),
-        realtime_ns: read(libc::CLOCK_REALTIME),
+        boottime_ns: now_ns(Clock::Boottime),
+        monotonic_ns: now_ns(Clock::Monotonic),
+        realtime_ns: now_ns(Clock::Realtime),
     }
 }
 

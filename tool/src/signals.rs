@@ -159,12 +159,6 @@ impl<P: SignalProvider + std::fmt::Debug + 'static> SignalSource<PooledSignal<P>
         self.failed.load(Ordering::Acquire)
     }
 
-    /// Not for hot paths: reads the pool's statistics (takes its lock).
-    fn available(&self) -> usize {
-        self.capacity
-            .saturating_sub(self.pool.stats().in_use as usize)
-    }
-
     fn capacity(&self) -> usize {
         self.capacity
     }

@@ -1,0 +1,541 @@
+//! The interceptor's side of the engine: one call's packets become one
+//! [`PacketBatch`] (kernels get ids and a pooled timestamp signal, the app's
+//! signal is forwarded, serialized kernels get their gate), written to the
+//! runtime in one go, then recorded and published to the completion thread.
+//!
+//! Owns the rewrite and the hot path's rules: no allocation in steady state
+//! (inline `SmallVec` storage, spare heap storage for large batches), no
+//! global lock, every wait bounded. It does not read signals or write
+//! records to sinks (completion and writer threads).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
+use smallvec::SmallVec;
+
+use super::{
+    boottime_ns, current_thread_id, push_bounded, DispatchSignal, Engine, GateState, IdRange,
+    InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE, RUNNING,
+};
+use crate::record::{DispatchRecord, InterceptRecord, Record};
+use crate::wait::Wait;
+
+/// Inline capacity of a batch's packet list (a kernel and its forwarding
+/// barrier take two).
+pub const BATCH_INLINE_PACKETS: usize = 16;
+/// Inline capacity of a batch's dispatch list.
+pub const BATCH_INLINE_DISPATCHES: usize = 8;
+
+/// Batches larger than the inline capacities that may be built at the same
+/// time with reused heap storage ([`SpareStorage`]); more than that many at
+/// once allocate (and keep at most this many buffers for later).
+pub(super) const SPARE_BATCHES: usize = 8;
+
+/// The rewritten packets of one interceptor call and the dispatches they
+/// carry. Lives on the interceptor's stack; a batch larger than the inline
+/// capacities (only when another rewriter in front of rprof hands it many
+/// packets at once: ROCr itself calls the first rewriter once per packet)
+/// borrows heap storage kept by the engine, so no call allocates in steady
+/// state.
+#[derive(Debug)]
+pub struct PacketBatch<S> {
+    /// Packets to hand to the runtime's writer, in order.
+    pub packets: SmallVec<[RawPacket; BATCH_INLINE_PACKETS]>,
+    /// The traced dispatches of the batch.
+    pub dispatches: SmallVec<[InFlight<S>; BATCH_INLINE_DISPATCHES]>,
+    /// Kernel dispatches passed through untraced (no signal in time).
+    pub untraced: u32,
+}
+
+/// Heap storage of one large batch, kept by the engine between calls.
+#[derive(Debug)]
+pub(super) struct SpareStorage<S> {
+    packets: Vec<RawPacket>,
+    dispatches: Vec<InFlight<S>>,
+    signals: Vec<S>,
+}
+
+impl<S> Default for SpareStorage<S> {
+    fn default() -> Self {
+        SpareStorage {
+            packets: Vec::new(),
+            dispatches: Vec::new(),
+            signals: Vec::new(),
+        }
+    }
+}
+
+/// Takes `v` as the storage of a `SmallVec` with room for `need` items,
+/// keeping its heap buffer (a capacity above the inline one keeps it
+/// spilled; `need` is above the inline capacity only on the large path).
+fn adopt<A: smallvec::Array>(mut v: Vec<A::Item>, need: usize) -> SmallVec<A> {
+    v.clear();
+    v.reserve(need.max(A::size() + 1));
+    SmallVec::from_vec(v)
+}
+
+/// Gives back the heap buffer of a `SmallVec` made by [`adopt`] (emptied).
+fn release<A: smallvec::Array>(mut v: SmallVec<A>) -> Vec<A::Item> {
+    v.clear();
+    if v.spilled() {
+        v.into_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The pooled signals of one batch, on the interceptor's stack.
+type BatchSignals<S> = SmallVec<[S; BATCH_INLINE_DISPATCHES]>;
+
+/// Decrements a counter when dropped (also on unwinding).
+struct CountedCall<'a>(&'a AtomicU64);
+
+impl Drop for CountedCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Who submits a batch, and when.
+struct Caller<'a> {
+    queue: &'a Arc<QueueContext>,
+    thread_id: u32,
+    enqueue_ns: u64,
+}
+
+/// How much room one call's batch can need.
+struct BatchShape {
+    max_packets: usize,
+    max_signals: usize,
+    kernels: usize,
+    /// Above the inline capacities: built in spare heap storage.
+    large: bool,
+}
+
+impl BatchShape {
+    /// Most packets and signals the batch can need: a serialized kernel
+    /// takes three signals and adds three packets (ready, gate, forward).
+    fn of(packets: usize, kernels: usize, serialize: bool) -> Self {
+        let (extra_packets, per_kernel) = if serialize { (3, 3) } else { (1, 1) };
+        let max_packets = packets + kernels * extra_packets;
+        let max_signals = kernels * per_kernel;
+        BatchShape {
+            max_packets,
+            max_signals,
+            kernels,
+            large: max_packets > BATCH_INLINE_PACKETS
+                || kernels > BATCH_INLINE_DISPATCHES
+                || max_signals > BATCH_INLINE_DISPATCHES,
+        }
+    }
+}
+
+impl<S> PacketBatch<S> {
+    fn inline() -> Self {
+        PacketBatch {
+            packets: SmallVec::new(),
+            dispatches: SmallVec::new(),
+            untraced: 0,
+        }
+    }
+
+    /// Ring slots the batch's traced dispatches hold.
+    fn slots(&self) -> u64 {
+        self.dispatches.iter().map(InFlight::slots).sum()
+    }
+}
+
+impl<S: DispatchSignal> Engine<S> {
+    /// The whole interceptor call: builds the batch, hands all its packets to
+    /// `write` exactly once, then records the call and publishes the
+    /// dispatches to the completion thread. Once finalization has begun,
+    /// packets pass through untouched (or, while the ring guard is kept,
+    /// are rewritten without being recorded).
+    pub fn intercept(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count();
+        if kernels == 0 {
+            write(packets);
+            return;
+        }
+        // Announce the call before looking at the state (both SeqCst):
+        // either shutdown sees the call and waits for it, or the call sees
+        // that recording stopped. A call past this check always ends with
+        // its dispatches recorded or counted lost.
+        self.recording_calls.fetch_add(1, Ordering::SeqCst);
+        let call = CountedCall(&self.recording_calls);
+        if self.state.load(Ordering::SeqCst) != RUNNING {
+            drop(call);
+            self.intercept_unrecorded(queue, packets, kernels, source, write);
+            return;
+        }
+        // Room in the ring first, for as many slots as the batch can take.
+        if !self.wait_for_ring_space(queue, self.slots_needed(packets)) {
+            self.count_lost(kernels as u64);
+            write(packets);
+            return;
+        }
+        let caller = Caller {
+            queue,
+            thread_id: current_thread_id(),
+            enqueue_ns: boottime_ns(),
+        };
+        let shape = BatchShape::of(packets.len(), kernels, self.options.serialize);
+        let (mut batch, mut signals) = self.empty_batch(&shape);
+        let ids = self.build_batch(&mut batch, &mut signals, &caller, packets, kernels, source);
+        // Count before the device can possibly finish them.
+        hold_slots(queue, &batch);
+        let before = self
+            .in_flight
+            .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
+        write(&batch.packets);
+        let end_ns = boottime_ns();
+        self.record_call(&caller, &batch, ids, packets.len(), end_ns);
+        self.publish(queue, &mut batch);
+        drop(call);
+        if shape.large {
+            self.keep_storage(batch, signals);
+        }
+        // The completion thread parks when nothing is in flight; wake it for
+        // the first dispatch. Otherwise it polls on its own schedule.
+        if before == 0 && self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// A call after recording stopped: guarded if the completion thread
+    /// still recycles, else passed through.
+    fn intercept_unrecorded(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        kernels: usize,
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        if self.is_guarding() {
+            self.guard_only(queue, packets, kernels, source, write);
+        } else {
+            write(packets);
+        }
+    }
+
+    /// An empty batch with room for `shape`: inline storage, or spare heap
+    /// storage kept from an earlier large batch.
+    fn empty_batch(&self, shape: &BatchShape) -> (PacketBatch<S>, BatchSignals<S>) {
+        if !shape.large {
+            return (PacketBatch::inline(), SmallVec::new());
+        }
+        let spare = self.spares.pop().unwrap_or_default();
+        (
+            PacketBatch {
+                packets: adopt(spare.packets, shape.max_packets),
+                dispatches: adopt(spare.dispatches, shape.kernels),
+                untraced: 0,
+            },
+            adopt(spare.signals, shape.max_signals),
+        )
+    }
+
+    /// Keeps the heap storage of a large batch for the next one (dropped
+    /// only if more large batches than SPARE_BATCHES were built at once).
+    fn keep_storage(&self, batch: PacketBatch<S>, signals: BatchSignals<S>) {
+        let _ = self.spares.push(SpareStorage {
+            packets: release(batch.packets),
+            dispatches: release(batch.dispatches),
+            signals: release(signals),
+        });
+    }
+
+    /// Counts the batch's untraced kernels as lost and hands the call's
+    /// [`InterceptRecord`] to the writer.
+    fn record_call(
+        &self,
+        caller: &Caller<'_>,
+        batch: &PacketBatch<S>,
+        ids: IdRange,
+        packets: usize,
+        end_ns: u64,
+    ) {
+        if batch.untraced > 0 {
+            self.count_lost(u64::from(batch.untraced));
+        }
+        self.push_record_from_app_thread(Record::Intercept(InterceptRecord {
+            thread_id: caller.thread_id,
+            queue_id: caller.queue.queue_id,
+            agent_index: caller.queue.agent_index,
+            begin_ns: caller.enqueue_ns,
+            end_ns,
+            first_correlation_id: if ids.is_empty() {
+                0
+            } else {
+                ids.correlation_id(0)
+            },
+            dispatch_count: ids.len() as u32,
+            packet_count: packets as u32,
+        }));
+    }
+
+    /// Hands the batch's dispatches to the completion thread.
+    fn publish(&self, queue: &QueueContext, batch: &mut PacketBatch<S>) {
+        for entry in batch.dispatches.drain(..) {
+            // Capacity >= signal pool size, so this succeeds unless the
+            // completion thread is far behind; then wait for it (bounded).
+            let deadline = Instant::now() + self.options.pool_wait;
+            if let Err(b) = push_bounded(&self.pending, entry, deadline, || {
+                self.completion_wake.notify()
+            }) {
+                // Cannot track it: its signal is gone with it, and nobody
+                // will ever complete its record.
+                queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+                queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.count_lost(1);
+                drop(b);
+            }
+        }
+    }
+
+    /// An interceptor call after recording stopped, while the completion
+    /// thread still recycles: the kernels are rewritten and tracked as
+    /// before (so the ring guard holds), but nothing is recorded and
+    /// nothing is counted. Kernels that cannot be tracked pass through.
+    fn guard_only(
+        &self,
+        queue: &Arc<QueueContext>,
+        packets: &[RawPacket],
+        kernels: usize,
+        source: &dyn SignalSource<S>,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        if kernels > BATCH_INLINE_DISPATCHES
+            || packets.len() + kernels * 3 > BATCH_INLINE_PACKETS
+            || !self.wait_for_ring_space(queue, self.slots_needed(packets))
+        {
+            write(packets);
+            return;
+        }
+        let mut batch = PacketBatch::inline();
+        let mut signals = SmallVec::new();
+        let caller = Caller {
+            queue,
+            thread_id: 0,
+            enqueue_ns: boottime_ns(),
+        };
+        self.build_batch(&mut batch, &mut signals, &caller, packets, kernels, source);
+        hold_slots(queue, &batch);
+        write(&batch.packets);
+        for mut entry in batch.dispatches.drain(..) {
+            entry.recorded = false;
+            if let Err(b) = self.pending.push(entry) {
+                // Nobody will see it complete: release its slots now and
+                // keep its signals out of the pool (the device may still
+                // write them).
+                b.abandon();
+            }
+        }
+        if self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// Builds the batch for one interceptor call: see the module docs.
+    /// `batch` must be empty; it is filled in place (it is large, and lives
+    /// on the interceptor's stack). `signals` is storage for the batch's
+    /// pooled signals (emptied again on return).
+    ///
+    /// Intercept markers (vendor packets of format 0xFE, ROCr >= 6) pass
+    /// through unchanged and stay immediately before the packet they mark:
+    /// a serialized kernel's two barriers go in front of the markers that
+    /// precede it, so a marker's callback still gets the kernel's hardware
+    /// packet id.
+    fn build_batch(
+        &self,
+        batch: &mut PacketBatch<S>,
+        signals: &mut BatchSignals<S>,
+        caller: &Caller<'_>,
+        packets: &[RawPacket],
+        kernels: usize,
+        source: &dyn SignalSource<S>,
+    ) -> IdRange {
+        let ids = self.ids.reserve(kernels as u64);
+        let per_kernel = if self.options.serialize { 3 } else { 1 };
+        self.acquire_signals(kernels * per_kernel, source, signals);
+        let mut signals = signals.drain(..);
+        let mut k = 0u64;
+        // Where the run of markers right before the current packet begins.
+        let mut markers_from: Option<usize> = None;
+        for p in packets {
+            if p.is_intercept_marker() {
+                markers_from.get_or_insert(batch.packets.len());
+                batch.packets.push(*p);
+                continue;
+            }
+            let marked = markers_from.take();
+            if !p.is_kernel_dispatch() {
+                batch.packets.push(*p);
+                continue;
+            }
+            let i = k;
+            k += 1;
+            let Some((signal, serial)) = self.kernel_signals(&mut signals) else {
+                batch.untraced += 1;
+                batch.packets.push(*p);
+                continue;
+            };
+            if let Some(g) = &serial {
+                push_gate(&mut batch.packets, g, marked);
+            }
+            let forwarded = self.push_kernel(&mut batch.packets, p, signal.handle());
+            batch.dispatches.push(InFlight {
+                record: dispatch_record(p, caller, &ids, i),
+                queue: caller.queue.clone(),
+                signal,
+                forwarded,
+                host_forward: if forwarded { 0 } else { p.completion_signal() },
+                serial,
+                recorded: true,
+            });
+        }
+        ids
+    }
+
+    /// The next kernel's signals: its timestamp signal and, when
+    /// serialized, its gate's two; `None` when the batch ran out (the
+    /// kernel passes through untraced).
+    fn kernel_signals(
+        &self,
+        signals: &mut impl Iterator<Item = S>,
+    ) -> Option<(S, Option<SerialGate<S>>)> {
+        let serial = if self.options.serialize {
+            let (ready, gate) = (signals.next(), signals.next());
+            Some(SerialGate {
+                ready: ready?,
+                gate: gate?,
+                state: GateState::Waiting,
+                ready_seq: 0,
+            })
+        } else {
+            None
+        };
+        Some((signals.next()?, serial))
+    }
+
+    /// Pushes the kernel with `signal` as its completion signal and, when
+    /// the app gave a signal and forwarding is by barrier, the barrier that
+    /// forwards it. Returns whether it pushed that barrier.
+    fn push_kernel(
+        &self,
+        packets: &mut SmallVec<[RawPacket; BATCH_INLINE_PACKETS]>,
+        p: &RawPacket,
+        signal: u64,
+    ) -> bool {
+        let mut kernel = *p;
+        kernel.set_completion_signal(signal);
+        packets.push(kernel);
+        let app_signal = p.completion_signal();
+        let by_barrier = app_signal != 0 && !self.options.host_forwarding;
+        if by_barrier {
+            packets.push(RawPacket::forwarding_barrier(
+                app_signal,
+                p.release_fence_scope(),
+            ));
+        }
+        by_barrier
+    }
+
+    /// `count` free signals for one batch, into `got` (empty on entry), all
+    /// or nothing while the wait lasts: a call that cannot get them all
+    /// gives back what it took and waits for the completion thread to
+    /// recycle, so that interceptors of several queues never deadlock each
+    /// holding part of the pool. After [`EngineOptions::pool_wait`] it keeps
+    /// what it has (the rest of the batch passes through untraced).
+    ///
+    /// [`EngineOptions::pool_wait`]: super::EngineOptions::pool_wait
+    fn acquire_signals(
+        &self,
+        count: usize,
+        source: &dyn SignalSource<S>,
+        got: &mut BatchSignals<S>,
+    ) {
+        let mut wait: Option<Wait> = None;
+        loop {
+            while got.len() < count {
+                match source.try_acquire() {
+                    Some(s) => got.push(s),
+                    None => break,
+                }
+            }
+            if got.len() == count {
+                return;
+            }
+            let wait = wait.get_or_insert_with(|| {
+                Wait::with_timeout(self.options.pool_wait, INTERCEPTOR_PACE)
+            });
+            // A batch larger than the whole pool can never be served whole:
+            // trace what fits, the rest passes through (counted lost).
+            if count > source.capacity()
+                || source.never_available()
+                || wait.expired()
+                || !self.is_tracing()
+            {
+                return;
+            }
+            got.clear();
+            self.wake_urgently(wait.rounds());
+            wait.pause();
+        }
+    }
+}
+
+/// Counts a batch's dispatches and ring slots on their queue.
+fn hold_slots<S>(queue: &QueueContext, batch: &PacketBatch<S>) {
+    queue.slots.fetch_add(batch.slots(), Ordering::AcqRel);
+    queue
+        .in_flight
+        .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
+}
+
+/// Pushes a serialized kernel's two barriers (ready, gate), in front of the
+/// run of intercept markers that precede the kernel (from `marked`).
+fn push_gate<S: DispatchSignal>(
+    packets: &mut SmallVec<[RawPacket; BATCH_INLINE_PACKETS]>,
+    g: &SerialGate<S>,
+    marked: Option<usize>,
+) {
+    packets.push(RawPacket::forwarding_barrier(
+        g.ready.handle(),
+        HSA_FENCE_SCOPE_SYSTEM,
+    ));
+    packets.push(RawPacket::gate_barrier(g.gate.handle()));
+    if let Some(from) = marked {
+        // [markers.., ready, gate] -> [ready, gate, markers..]
+        packets[from..].rotate_right(2);
+    }
+}
+
+/// The record of kernel `i` of a call, everything but its times.
+fn dispatch_record(p: &RawPacket, caller: &Caller<'_>, ids: &IdRange, i: u64) -> DispatchRecord {
+    DispatchRecord {
+        correlation_id: ids.correlation_id(i),
+        dispatch_id: ids.dispatch_id(i),
+        agent_index: caller.queue.agent_index,
+        queue_id: caller.queue.queue_id,
+        thread_id: caller.thread_id,
+        kernel_object: p.kernel_object(),
+        grid: p.grid_size(),
+        workgroup: p.workgroup_size(),
+        private_segment_size: p.private_segment_size(),
+        group_segment_size: p.group_segment_size(),
+        enqueue_ns: caller.enqueue_ns,
+        start_ns: 0,
+        end_ns: 0,
+    }
+}

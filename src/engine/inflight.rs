@@ -1,0 +1,168 @@
+//! The in-flight table's entries: a traced queue ([`QueueContext`]) and a
+//! dispatch on its way through the device ([`InFlight`], with its
+//! [`SerialGate`] under `--serialize-kernels`).
+//!
+//! Owns what a dispatch holds while it runs (its signals, its ring slots,
+//! its record so far) and how it lets go of them. It does not decide when:
+//! the interceptor (`batch`) creates entries, the completion thread retires
+//! them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::record::DispatchRecord;
+
+/// One traced queue, shared by the interceptor and the in-flight entries of
+/// its dispatches.
+#[derive(Debug)]
+pub struct QueueContext {
+    /// ROCr's process-unique queue id.
+    pub queue_id: u64,
+    /// Index of the queue's agent in the run's agent table.
+    pub agent_index: u32,
+    /// The agent's `hsa_agent_t` handle (for dispatch-time queries).
+    pub agent_handle: u64,
+    pub(super) in_flight: AtomicU64,
+    /// Most ring slots rprof lets its traced packets occupy (0 = no limit).
+    pub(super) slot_limit: u64,
+    /// Ring slots held by traced kernels and their forwarding barriers that
+    /// have not been seen complete.
+    pub(super) slots: AtomicU64,
+    /// The runtime destroyed the queue: its unfinished packets never run.
+    pub(super) destroyed: AtomicBool,
+    /// A wait for ring space on this queue once ended without room (the
+    /// device made no progress: e.g. the queue's head waits for a host
+    /// signal the submitting thread sets later). From then on the queue
+    /// never waits: a call without room passes its packets through
+    /// untraced (counted lost).
+    pub(super) ring_wait_gave_up: AtomicBool,
+}
+
+impl QueueContext {
+    /// A context for a newly created queue.
+    pub fn new(queue_id: u64, agent_index: u32, agent_handle: u64) -> Self {
+        QueueContext {
+            queue_id,
+            agent_index,
+            agent_handle,
+            in_flight: AtomicU64::new(0),
+            slot_limit: 0,
+            slots: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
+            ring_wait_gave_up: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a wait for ring space on this queue ever gave up (the queue
+    /// no longer waits).
+    pub fn ring_wait_gave_up(&self) -> bool {
+        self.ring_wait_gave_up.load(Ordering::Acquire)
+    }
+
+    /// Tells the completion thread that the queue is gone: dispatches of it
+    /// that have not completed never will (they are dropped and counted as
+    /// lost, and a serialization token they hold is passed on).
+    pub fn mark_destroyed(&self) {
+        self.destroyed.store(true, Ordering::Release);
+    }
+
+    /// A context for a queue whose hardware ring has `ring_size` packets.
+    ///
+    /// ROCr 5.2.3's intercept queue copies rewritten packets into a hidden
+    /// ring of the same size; if that ring is full it defers the packets,
+    /// and a second deferral within one doorbell aborts the process (an
+    /// assertion in `InterceptQueue::Submit`). The interceptor therefore
+    /// keeps the slots of its unfinished packets below three quarters of
+    /// the ring, waiting for the device when it would go above.
+    pub fn with_ring(queue_id: u64, agent_index: u32, agent_handle: u64, ring_size: u32) -> Self {
+        let ring = u64::from(ring_size);
+        QueueContext {
+            slot_limit: (ring - ring / 4).max(2),
+            ..Self::new(queue_id, agent_index, agent_handle)
+        }
+    }
+
+    /// Ring slots held by this queue's unfinished traced packets.
+    pub fn slots_in_use(&self) -> u64 {
+        self.slots.load(Ordering::Acquire)
+    }
+
+    /// Dispatches of this queue submitted and not yet seen complete.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// A dispatch on its way through the device.
+#[derive(Debug)]
+pub struct InFlight<S> {
+    /// Everything but the times, filled at enqueue.
+    pub record: DispatchRecord,
+    /// The queue it was submitted to.
+    pub queue: Arc<QueueContext>,
+    /// The timestamp signal that completes with it.
+    pub signal: S,
+    /// Whether a forwarding barrier follows the kernel (it holds a slot).
+    pub forwarded: bool,
+    /// With host forwarding (a measured alternative, see
+    /// `docs/completion.md`): the app's signal, decremented by the completion
+    /// thread once the kernel is seen complete (0 = none).
+    pub host_forward: u64,
+    /// With `--serialize-kernels`: the two barriers in front of the kernel.
+    pub serial: Option<SerialGate<S>>,
+    /// Whether the dispatch is recorded. Dispatches submitted after
+    /// recording stopped are still rewritten and tracked, only so that the
+    /// ring guard keeps working (see [`Engine::keep_guard_after_stop`](super::Engine::keep_guard_after_stop));
+    /// they produce no record and are not counted in [`Engine::in_flight`](super::Engine::in_flight).
+    pub recorded: bool,
+}
+
+impl<S> InFlight<S> {
+    /// Ring slots this dispatch holds until it completes.
+    pub fn slots(&self) -> u64 {
+        1 + u64::from(self.forwarded) + if self.serial.is_some() { 2 } else { 0 }
+    }
+
+    /// Stops tracking a dispatch that will not be waited for: gives its
+    /// queue back the in-flight count and ring slots, and leaks its signals
+    /// (the device may still write them; they must never be recycled).
+    pub fn abandon(self) {
+        self.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.queue.slots.fetch_sub(self.slots(), Ordering::AcqRel);
+        std::mem::forget(self.signal);
+        if let Some(g) = self.serial {
+            std::mem::forget(g.ready);
+            std::mem::forget(g.gate);
+        }
+    }
+}
+
+/// Where a serialized dispatch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateState {
+    /// Its queue has not reached it yet.
+    Waiting,
+    /// Its queue reached it (every earlier packet of the queue completed);
+    /// it waits for the agent's token.
+    Ready,
+    /// It holds its agent's token: the gate is open and the kernel may run.
+    Granted,
+}
+
+/// The device-side gate of one serialized dispatch: a BARRIER_AND with the
+/// barrier bit that completes `ready` when the queue reaches the kernel, then
+/// a BARRIER_AND that waits on `gate`, which the completion thread opens
+/// (stores 0) when the agent's previous serialized kernel has finished. The
+/// app's thread never waits; only ready kernels get the token, so
+/// cross-queue dependencies of the app cannot deadlock with it.
+#[derive(Debug)]
+pub struct SerialGate<S> {
+    /// Completed by the device when the queue reaches the kernel.
+    pub ready: S,
+    /// Opened by the completion thread to let the kernel run.
+    pub gate: S,
+    /// Current state.
+    pub state: GateState,
+    /// Order in which dispatches became ready (grants follow it).
+    pub ready_seq: u64,
+}

@@ -1,0 +1,136 @@
+//! The ring guard: rprof keeps its unfinished traced packets below a share
+//! of each queue's ring ([`QueueContext::with_ring`]), waiting for the
+//! device when a call would go above; plus the arithmetic of ROCr >= 6's
+//! intercept queue (how many hardware slots a batch takes, whether it is
+//! submitted at once).
+//!
+//! Packet layout itself lives in `rprof-abi` ([`RawPacket`]); this module
+//! holds only what rprof knows about the runtime's intercept queue.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rprof_abi::packet::RawPacket;
+
+use super::{DispatchSignal, Engine, QueueContext, INTERCEPTOR_PACE, RING_STALL};
+use crate::wait::Wait;
+
+/// Slots `packets` take in the hardware ring once the runtime's intercept
+/// queue has submitted them (intercept markers take none).
+pub fn hardware_slots(packets: &[RawPacket]) -> u64 {
+    packets.iter().filter(|p| !p.is_intercept_marker()).count() as u64
+}
+
+/// Whether ROCr >= 6's intercept queue submits `needed` packets into a
+/// hardware ring of `size` packets with these indices at once, instead of
+/// deferring them behind a retry barrier: it wants one slot to spare for
+/// that barrier. A batch larger than the ring can never go at once (ROCr
+/// submits what fits), so waiting for it is pointless: also true.
+pub fn hardware_ring_takes(size: u64, read: u64, write: u64, needed: u64) -> bool {
+    if needed + 1 > size {
+        return true;
+    }
+    let used = write.saturating_sub(read).min(size);
+    // One slot more than the batch: the spare one for the retry barrier.
+    size - used > needed
+}
+
+impl<S: DispatchSignal> Engine<S> {
+    /// Asks the completion thread to poll now (an interceptor is waiting):
+    /// on the first round of a wait and every 16th after.
+    pub(super) fn wake_urgently(&self, round: u32) {
+        if round % 16 == 0 {
+            self.urgent.store(true, Ordering::Release);
+            self.completion_wake.notify();
+        }
+    }
+
+    /// Ring slots the traced form of `packets` takes at most: each kernel,
+    /// its forwarding barrier when the app gave a signal, and the two gate
+    /// barriers when serialized.
+    pub(super) fn slots_needed(&self, packets: &[RawPacket]) -> u64 {
+        let per_kernel = 1 + if self.options.serialize { 2 } else { 0 };
+        packets
+            .iter()
+            .filter(|p| p.is_kernel_dispatch())
+            .map(|p| {
+                per_kernel + u64::from(p.completion_signal() != 0 && !self.options.host_forwarding)
+            })
+            .sum()
+    }
+
+    /// Waits until the queue's ring has room for `slots` more traced slots
+    /// (see [`QueueContext::with_ring`]); returns whether there is room.
+    ///
+    /// The wait ends without room after [`RING_STALL`] in which none of the
+    /// queue's traced packets finished (or [`EngineOptions::pool_wait`] in
+    /// all): the device cannot make progress on this queue by itself (its
+    /// head waits for something the app does later). Such a queue never
+    /// waits again: later calls without room return `false` at once.
+    pub(super) fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) -> bool {
+        if queue.slot_limit == 0 || slots == 0 {
+            return true;
+        }
+        let need = slots.min(queue.slot_limit);
+        if queue.slots_in_use() + need <= queue.slot_limit {
+            return true;
+        }
+        if queue.ring_wait_gave_up() {
+            return false;
+        }
+        // Hysteresis: once full, wait for an eighth of the ring to drain, so
+        // that a full queue costs one wake-up per many dispatches. A batch
+        // that needs more than that can only wait for the queue's earlier
+        // traced packets to finish (its own are not written yet; ROCr >= 6
+        // submits what fits of it and the rest after a retry barrier).
+        let low_water = queue.slot_limit - queue.slot_limit / 8;
+        let target = low_water.saturating_sub(need);
+        let mut progress = Instant::now();
+        let mut wait = Wait::until(progress + self.options.pool_wait, INTERCEPTOR_PACE);
+        let mut last = queue.slots_in_use();
+        loop {
+            let now_in_use = queue.slots_in_use();
+            if now_in_use <= target {
+                return true;
+            }
+            if !self.is_guarding() {
+                // Nothing traced any more: the completion thread is gone.
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
+            if now_in_use < last {
+                last = now_in_use;
+                progress = Instant::now();
+            }
+            if progress.elapsed() >= RING_STALL || wait.expired() {
+                queue.ring_wait_gave_up.store(true, Ordering::Release);
+                return queue.slots_in_use() + need <= queue.slot_limit;
+            }
+            self.wake_urgently(wait.rounds());
+            wait.pause();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_ring_room() {
+        let batch = [
+            RawPacket::intercept_marker(1),
+            RawPacket::forwarding_barrier(1, 0),
+            RawPacket::intercept_marker(2),
+            RawPacket::gate_barrier(3),
+        ];
+        assert_eq!(hardware_slots(&batch), 2);
+        // 16-slot ring: 2 packets + the spare retry slot need 3 free.
+        assert!(hardware_ring_takes(16, 100, 113, 2));
+        assert!(!hardware_ring_takes(16, 100, 114, 2));
+        assert!(!hardware_ring_takes(16, 100, 116, 2));
+        assert!(hardware_ring_takes(16, 0, 0, 15));
+        assert!(!hardware_ring_takes(16, 0, 1, 15));
+        // Never fits whole: ROCr submits part of it, nothing to wait for.
+        assert!(hardware_ring_takes(16, 0, 16, 16));
+    }
+}
