@@ -37,6 +37,7 @@
 //! catches panics.
 #![deny(missing_docs)]
 
+mod code_objects;
 mod outputs;
 pub mod preload;
 pub mod report;
