@@ -9,6 +9,7 @@
 //! the live interceptor through the same path.
 #![deny(missing_docs)]
 
+pub mod code_object;
 pub mod config;
 pub mod engine;
 pub mod kernels;

@@ -4,4 +4,5 @@ pub mod csv;
 pub mod files;
 pub mod json;
 pub mod perfetto;
+pub mod rocpd;
 pub mod stats;

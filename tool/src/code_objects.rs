@@ -1,0 +1,207 @@
+//! The code objects ROCr loaded into an executable, read through its loader
+//! extension (`hsa_ven_amd_loader` 1.01) for their kernels' resources.
+//!
+//! Owns the calls into the loader extension and the reading of each loaded code
+//! object's bytes (from the memory the app handed ROCr, or from the file ROCr
+//! holds open); the parsing itself is [`rprof_core::code_object`]. It runs once per
+//! frozen executable, on the app thread that froze it, never on a dispatch path.
+//! It must not keep any pointer it was given: the bytes are parsed before the
+//! call returns.
+
+use std::ffi::c_void;
+use std::os::fd::BorrowedFd;
+
+use hsa_sys::*;
+use rprof_core::code_object::{kernel_resources, KernelResources};
+
+use crate::runtime::Runtime;
+
+/// ROCr's loader extension, version 1.01 (iterate and query loaded code objects).
+#[derive(Debug, Clone, Copy)]
+pub struct Loader {
+    iterate: unsafe extern "C" fn(
+        hsa_executable_t,
+        Option<
+            unsafe extern "C" fn(
+                hsa_executable_t,
+                hsa_loaded_code_object_t,
+                *mut c_void,
+            ) -> hsa_status_t,
+        >,
+        *mut c_void,
+    ) -> hsa_status_t,
+    get_info: unsafe extern "C" fn(
+        hsa_loaded_code_object_t,
+        hsa_ven_amd_loader_loaded_code_object_info_t,
+        *mut c_void,
+    ) -> hsa_status_t,
+}
+
+/// A code object whose kernels could not be read, and why (said once per run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable(pub String);
+
+impl Loader {
+    /// Asks the runtime for its loader extension table; `None` if it has none.
+    pub fn query(rt: &Runtime) -> Option<Loader> {
+        let get = rt.core.hsa_system_get_major_extension_table_fn?;
+        let mut table = hsa_ven_amd_loader_1_01_pfn_t::default();
+        // SAFETY: the runtime writes at most `size` bytes of its 1.x loader table
+        // into `table`, which is that many bytes of plain function pointers.
+        let status = unsafe {
+            get(
+                HSA_EXTENSION_AMD_LOADER as u16,
+                1,
+                std::mem::size_of_val(&table),
+                (&mut table as *mut hsa_ven_amd_loader_1_01_pfn_t).cast(),
+            )
+        };
+        if status != HSA_STATUS_SUCCESS {
+            return None;
+        }
+        Some(Loader {
+            iterate: table.hsa_ven_amd_loader_executable_iterate_loaded_code_objects?,
+            get_info: table.hsa_ven_amd_loader_loaded_code_object_get_info?,
+        })
+    }
+
+    /// The kernels of every code object loaded into `executable`, with what could
+    /// not be read.
+    pub fn kernel_resources(
+        &self,
+        executable: hsa_executable_t,
+    ) -> (Vec<KernelResources>, Vec<Unreadable>) {
+        struct Visit {
+            loader: Loader,
+            kernels: Vec<KernelResources>,
+            unreadable: Vec<Unreadable>,
+        }
+        unsafe extern "C" fn visit(
+            _executable: hsa_executable_t,
+            object: hsa_loaded_code_object_t,
+            data: *mut c_void,
+        ) -> hsa_status_t {
+            // SAFETY: `data` is the `Visit` below, alive and not otherwise borrowed
+            // for the whole iteration.
+            let v = unsafe { &mut *data.cast::<Visit>() };
+            let found =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| v.loader.read(object)));
+            match found {
+                Ok(Ok(mut kernels)) => v.kernels.append(&mut kernels),
+                Ok(Err(why)) => v.unreadable.push(why),
+                Err(_) => v.unreadable.push(Unreadable("reading it panicked".into())),
+            }
+            HSA_STATUS_SUCCESS
+        }
+        let mut v = Visit {
+            loader: *self,
+            kernels: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        // SAFETY: a frozen executable; the callback only reads the code objects it
+        // is handed and writes `v`, which outlives the call.
+        let status =
+            unsafe { (self.iterate)(executable, Some(visit), (&mut v as *mut Visit).cast()) };
+        if status != HSA_STATUS_SUCCESS {
+            v.unreadable.push(Unreadable(format!(
+                "iterating code objects failed ({status})"
+            )));
+        }
+        (v.kernels, v.unreadable)
+    }
+
+    /// One fixed-size attribute of a loaded code object.
+    ///
+    /// # Safety
+    /// `T` must be the attribute's type (the runtime writes `size_of::<T>()` bytes).
+    unsafe fn info<T: Default>(
+        &self,
+        object: hsa_loaded_code_object_t,
+        attribute: u32,
+    ) -> Option<T> {
+        let mut value = T::default();
+        // SAFETY: the caller guarantees `T` is the attribute's type.
+        let status = unsafe { (self.get_info)(object, attribute, (&mut value as *mut T).cast()) };
+        (status == HSA_STATUS_SUCCESS).then_some(value)
+    }
+
+    fn read(&self, object: hsa_loaded_code_object_t) -> Result<Vec<KernelResources>, Unreadable> {
+        // SAFETY: STORAGE_TYPE is a 32-bit enum.
+        let storage = unsafe {
+            self.info::<u32>(
+                object,
+                HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_CODE_OBJECT_STORAGE_TYPE,
+            )
+        }
+        .ok_or_else(|| Unreadable("the loader does not say where it is stored".into()))?;
+        let bytes = match storage {
+            HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY => self.memory_bytes(object)?,
+            HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_FILE => self.file_bytes(object)?,
+            other => return Err(Unreadable(format!("storage type {other} has no bytes"))),
+        };
+        kernel_resources(&bytes).map_err(|e| Unreadable(e.to_string()))
+    }
+
+    fn memory_bytes(&self, object: hsa_loaded_code_object_t) -> Result<Vec<u8>, Unreadable> {
+        // SAFETY: MEMORY_BASE is a 64-bit address, MEMORY_SIZE a 64-bit size.
+        let (base, size) = unsafe {
+            (
+                self.info::<u64>(
+                    object,
+                    HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_CODE_OBJECT_STORAGE_MEMORY_BASE,
+                ),
+                self.info::<u64>(
+                    object,
+                    HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_CODE_OBJECT_STORAGE_MEMORY_SIZE,
+                ),
+            )
+        };
+        let (Some(base), Some(size)) = (base, size) else {
+            return Err(Unreadable("the loader does not give its memory".into()));
+        };
+        if base == 0 || size == 0 || size > isize::MAX as u64 {
+            return Err(Unreadable(format!(
+                "memory {base:#x}+{size} is not readable"
+            )));
+        }
+        // SAFETY: the runtime reports `size` bytes at `base`: the host memory the app
+        // passed to hsa_code_object_reader_create_from_memory, which the app must keep
+        // valid while the executable is loaded. The bytes are copied before returning.
+        let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, size as usize) };
+        Ok(bytes.to_vec())
+    }
+
+    fn file_bytes(&self, object: hsa_loaded_code_object_t) -> Result<Vec<u8>, Unreadable> {
+        // SAFETY: STORAGE_FILE is a 32-bit file descriptor.
+        let fd = unsafe {
+            self.info::<i32>(
+                object,
+                HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_CODE_OBJECT_STORAGE_FILE,
+            )
+        }
+        .filter(|&fd| fd >= 0)
+        .ok_or_else(|| Unreadable("the loader does not give its file".into()))?;
+        // SAFETY: the runtime holds `fd` open for the loaded code object; it is only
+        // borrowed for the reads below and never closed here.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        read_whole(fd).map_err(|e| Unreadable(format!("reading its file: {e}")))
+    }
+}
+
+/// Reads the file behind `fd` from offset 0 with `pread`, leaving its offset alone.
+fn read_whole(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
+    let owned = fd.try_clone_to_owned()?;
+    let file = std::fs::File::from(owned);
+    let len = file.metadata()?.len();
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
+    let mut done = 0;
+    while done < bytes.len() {
+        let n = std::os::unix::fs::FileExt::read_at(&file, &mut bytes[done..], done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    bytes.truncate(done);
+    Ok(bytes)
+}
