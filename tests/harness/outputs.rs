@@ -228,6 +228,9 @@ pub struct PftraceSummary {
     pub kernel_slices: BTreeMap<String, u64>,
     /// All kernel slices.
     pub kernel_slice_total: u64,
+    /// Slices (instants included) per name on every track, as
+    /// trace_processor's `select name, count(*) from slice group by name`.
+    pub slices_by_name: BTreeMap<String, u64>,
     /// Kernel slices with a negative or missing duration.
     pub bad_durations: u64,
     /// Flows from an interceptor slice to a kernel slice, per pid of the
@@ -304,6 +307,9 @@ pub fn check_pftrace(trace: &Path) -> PftraceSummary {
     let mut is_kernel = vec![false; slices.len()];
     for (i, sl) in slices.iter().enumerate() {
         let track = sl["track"].as_u64().expect("slice track").to_string();
+        *s.slices_by_name
+            .entry(sl["name"].as_str().unwrap_or("<no name>").to_string())
+            .or_default() += 1;
         let root = root_of(&track);
         let root_name = tracks
             .get(&root)
@@ -564,6 +570,14 @@ pub fn check_outputs(dir: &Path, name: &str, report: &ProcessReport) -> TraceFac
         pftrace.kernel_slices, per_name,
         "kernel slices per name in the .pftrace"
     );
+    for (name, count) in &per_name {
+        assert_eq!(
+            pftrace.slices_by_name.get(name),
+            Some(count),
+            "slices named {name:?} on all tracks of the .pftrace (trace_processor's \
+             `select count(*) from slice where name = ...`) vs its dispatches"
+        );
+    }
     assert_eq!(
         pftrace.bad_durations, 0,
         "kernel slices with negative duration"
