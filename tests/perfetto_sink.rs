@@ -289,6 +289,7 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
                     kernel_id: *kernel_id,
                     display_name: name,
                     symbol_name: &symbol,
+                    resources: None,
                 };
                 sink.dispatch(r, &info).unwrap();
             }
@@ -740,6 +741,7 @@ fn standard_launch_table_is_bounded() {
         kernel_id: 1,
         display_name: "k",
         symbol_name: "_Z1kv",
+        resources: None,
     };
     for (n, &grid_x) in grids.iter().enumerate() {
         let t = BASE_NS + n as u64 * 100;
@@ -869,6 +871,7 @@ fn standard_steady_state_does_not_allocate() {
                 kernel_id: i as u64 + 1,
                 display_name: name,
                 symbol_name: name,
+                resources: None,
             };
             sink.dispatch(&storm_dispatch(i, corr, t), &info).unwrap();
             corr += 1;
@@ -969,6 +972,7 @@ fn graph_storm_size_per_dispatch() {
                     kernel_id: i as u64 + 1,
                     display_name: name,
                     symbol_name: name,
+                    resources: None,
                 };
                 sink.dispatch(&storm_dispatch(i, corr, t), &info).unwrap();
                 corr += 1;
@@ -1060,6 +1064,7 @@ fn bench_sink_throughput() {
                     kernel_id: k as u64 + 1,
                     display_name: &names[k],
                     symbol_name: &names[k],
+                    resources: None,
                 };
                 sink.dispatch(
                     &DispatchRecord {
@@ -1178,6 +1183,7 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
             kernel_id: 1,
             display_name: "rpc_client",
             symbol_name: "rpc_client",
+            resources: None,
         };
         for s in sinks.iter_mut() {
             s.intercept(&intercept).unwrap();
