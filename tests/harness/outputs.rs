@@ -867,7 +867,9 @@ pub fn compiler_resources(src: &Path, mcpu: &str) -> BTreeMap<String, CompilerRe
         };
         let n = || value.parse::<u64>().unwrap_or_else(|_| panic!("{line}"));
         match key {
-            "SGPRs" => k.sgprs = n(),
+            // clang >= 21 says TotalSGPRs (the same count, VCC and the
+            // other extra SGPRs included, as the metadata's .sgpr_count).
+            "SGPRs" | "TotalSGPRs" => k.sgprs = n(),
             "VGPRs" => k.vgprs = n(),
             "AGPRs" => k.agprs = n(),
             "ScratchSize [bytes/lane]" => k.scratch = n(),

@@ -41,9 +41,10 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Merge the .pftrace files of several processes into one trace.
+    /// Merge the .pftrace files of several processes into one trace, or
+    /// their rocpd databases (NAME_results.db) into one database.
     Merge {
-        /// Input traces.
+        /// Input traces, or input databases.
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
         /// Output file.

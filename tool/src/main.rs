@@ -98,6 +98,36 @@ fn merge_files(inputs: &[PathBuf], output: &Path) -> i32 {
     let create = |p: &Path| {
         rprof_core::output::files::create_new_hinted(p, "remove it, or name another output with -o")
     };
+    // rocpd databases (NAME_results.db) merge into one database; traces
+    // into one trace. A mix is refused: the two are different formats.
+    let databases = inputs
+        .iter()
+        .filter(|p| rprof_core::output::rocpd_merge::is_sqlite(p))
+        .count();
+    if databases > 0 {
+        if databases != inputs.len() {
+            eprintln!(
+                "rprof: error: merge takes either rocpd databases or .pftrace traces, not both"
+            );
+            return 2;
+        }
+        return match rprof_core::output::rocpd_merge::merge_databases(&inputs, output, create) {
+            Ok(s) => {
+                eprintln!(
+                    "rprof: wrote {} ({} tables, {} rows from {} databases)",
+                    output.display(),
+                    s.tables,
+                    s.rows,
+                    s.databases
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("rprof: error: merge failed: {e}");
+                1
+            }
+        };
+    }
     match rprof_perfetto::merge::merge(&inputs, output, create) {
         Ok(s) => {
             eprintln!(
