@@ -179,7 +179,10 @@ impl LaunchPlan {
 
 /// rocprofv3 options (long and short spellings, `rocprofv3.py` of ROCm 7.0)
 /// that rprof does not implement: given to `rprof`, they are refused by name
-/// instead of being reported as merely unknown.
+/// instead of being reported as merely unknown. Only options clap does not
+/// know reach this list, so an entry for an option rprof gains later (e.g.
+/// `--memory-copy-trace`, `--marker-trace`, `--kernel-rename`) is inert:
+/// remove it when the option lands.
 pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--hip-trace",
     "--hip-runtime-trace",
@@ -362,8 +365,8 @@ mod tests {
     fn an_unknown_option_before_the_app_is_an_error_naming_it() {
         for (args, bad) in [
             (
-                &["rprof", "--memory-copy-trace", "--kernel-trace", "./app"][..],
-                "--memory-copy-trace",
+                &["rprof", "--scratch-memory-trace", "--kernel-trace", "./app"][..],
+                "--scratch-memory-trace",
             ),
             (
                 &["rprof", "--kernel-trace", "--bogus", "./app"][..],
