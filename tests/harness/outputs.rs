@@ -677,9 +677,10 @@ pub struct RocpdFacts {
     pub dispatch_rows: u64,
     /// `schema_version` in `rocpd_metadata`.
     pub schema_version: String,
-    /// `(sgpr_count, vgpr_count, accum_vgpr_count)` per kernel name, from the
-    /// `kernels` view (each name must have one triple).
-    pub registers: BTreeMap<String, Registers>,
+    /// The `(sgpr_count, vgpr_count, accum_vgpr_count)` triples per kernel
+    /// name, from the `kernels` view (several where kernels share a
+    /// truncated name).
+    pub registers: BTreeMap<String, BTreeSet<Registers>>,
 }
 
 /// `(sgpr_count, vgpr_count, accum_vgpr_count)` of a kernel in a rocpd
@@ -754,10 +755,7 @@ pub fn read_rocpd(path: &Path) -> RocpdFacts {
         .unwrap();
     for row in rows {
         let (name, regs) = row.unwrap();
-        assert!(
-            f.registers.insert(name.clone(), regs).is_none(),
-            "{name:?} has two register triples"
-        );
+        f.registers.entry(name).or_default().insert(regs);
     }
     f
 }
@@ -787,19 +785,32 @@ pub fn check_rocpd_against_csv(db: &Path, rows: &[CsvDispatch]) -> RocpdFacts {
         f.kernels_where_name, per_name,
         "kernels where name = ... vs CSV"
     );
+    let mut csv_regs: BTreeMap<String, BTreeSet<(u64, u64, u64)>> = BTreeMap::new();
     for r in rows {
-        let regs = f.registers[&r.kernel_name];
-        assert_eq!(
-            (
-                regs.0.unwrap_or(0) as u64,
-                regs.1.unwrap_or(0) as u64,
-                regs.2.unwrap_or(0) as u64
-            ),
-            (r.sgpr_count, r.vgpr_count, r.accum_vgpr_count),
-            "registers of {} in the database vs the CSV",
-            r.kernel_name
-        );
+        csv_regs.entry(r.kernel_name.clone()).or_default().insert((
+            r.sgpr_count,
+            r.vgpr_count,
+            r.accum_vgpr_count,
+        ));
     }
+    let db_regs: BTreeMap<String, BTreeSet<(u64, u64, u64)>> = f
+        .registers
+        .iter()
+        .map(|(name, set)| {
+            let set = set
+                .iter()
+                .map(|(s, v, a)| {
+                    let n = |x: &Option<i64>| x.unwrap_or(0) as u64;
+                    (n(s), n(v), n(a))
+                })
+                .collect();
+            (name.clone(), set)
+        })
+        .collect();
+    assert_eq!(
+        db_regs, csv_regs,
+        "register counts per name: database vs CSV"
+    );
     f
 }
 
