@@ -13,6 +13,7 @@ pub mod code_object;
 pub mod config;
 pub mod engine;
 pub mod kernels;
+pub mod marker;
 pub mod output;
 pub mod record;
 pub mod rpc;

@@ -9,7 +9,8 @@
 //!
 //! Call order: [`RecordSink::start`] once, then any interleaving of
 //! [`RecordSink::intercept`], [`RecordSink::dispatch`] and
-//! [`RecordSink::rpc_wake`], then
+//! [`RecordSink::rpc_wake`], [`RecordSink::marker`],
+//! [`RecordSink::thread_name`], then
 //! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
 //! arrives when it completes, after the intercept record of its batch.
 
@@ -42,6 +43,18 @@ pub trait RecordSink {
     /// ignore it.
     fn rpc_wake(&mut self, rec: &RpcWakeRecord) -> io::Result<()> {
         let _ = rec;
+        Ok(())
+    }
+    /// One finished ROCTx mark or range (`--marker-trace`). Sinks without
+    /// a marker view ignore it.
+    fn marker(&mut self, rec: &crate::marker::MarkerRecord) -> io::Result<()> {
+        let _ = rec;
+        Ok(())
+    }
+    /// A thread named with `roctxNameOsThread`. Sinks that do not name
+    /// threads ignore it.
+    fn thread_name(&mut self, thread_id: u32, name: &str) -> io::Result<()> {
+        let _ = (thread_id, name);
         Ok(())
     }
     /// Pushes what is buffered to the file, at a record boundary, so the

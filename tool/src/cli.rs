@@ -63,6 +63,12 @@ pub struct TraceArgs {
     /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).
     #[arg(long)]
     pub rpc_trace: bool,
+    /// Record ROCTx marks and ranges (NAME_marker_api_trace.csv; the tool library is preloaded).
+    #[arg(long)]
+    pub marker_trace: bool,
+    /// Name each kernel after its innermost enclosing ROCTx push/pop range.
+    #[arg(long)]
+    pub kernel_rename: bool,
     /// Run one kernel at a time per GPU (no overlap; slower).
     #[arg(long)]
     pub serialize_kernels: bool,
@@ -140,6 +146,8 @@ impl LaunchPlan {
         };
         flag(&mut env, t.kernel_trace, "RPROF_KERNEL_TRACE");
         flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
+        flag(&mut env, t.marker_trace, "RPROF_MARKER_TRACE");
+        flag(&mut env, t.kernel_rename, "RPROF_KERNEL_RENAME");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
@@ -158,7 +166,8 @@ impl LaunchPlan {
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
-        let tracing = t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats;
+        let tracing =
+            t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats || t.marker_trace;
         let emulated = match t.device {
             Device::Emulated => true,
             Device::Native => false,
