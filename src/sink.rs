@@ -39,6 +39,25 @@ pub trait RecordSink {
     fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()>;
     /// One finished kernel dispatch.
     fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()>;
+    /// One finished kernel dispatch named after the ROCTx range it was
+    /// enqueued in (`--kernel-rename`). By default, the dispatch with the
+    /// range as its display name; sinks that keep the kernel's own name
+    /// beside it (Perfetto's kernel table, rocpd's `region` column)
+    /// override it.
+    fn dispatch_renamed(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+        region: &str,
+    ) -> io::Result<()> {
+        self.dispatch(
+            rec,
+            &KernelInfo {
+                display_name: region,
+                ..*kernel
+            },
+        )
+    }
     /// One RPC doorbell wake (`--rpc-trace`). Sinks without an RPC view
     /// ignore it.
     fn rpc_wake(&mut self, rec: &RpcWakeRecord) -> io::Result<()> {

@@ -220,19 +220,11 @@ fn write_record(
                     return;
                 }
                 tally.dispatches += 1;
-                // --kernel-rename: the kernel is shown under its range's name.
-                let renamed;
-                let k = match region {
-                    Some(r) => {
-                        renamed = KernelInfo {
-                            display_name: r,
-                            ..*k
-                        };
-                        &renamed
-                    }
-                    None => k,
-                };
-                sinks.each("dispatch", |s| s.dispatch(&d, k));
+                match region {
+                    // --kernel-rename: shown under its range's name.
+                    Some(r) => sinks.each("dispatch", |s| s.dispatch_renamed(&d, k, r)),
+                    None => sinks.each("dispatch", |s| s.dispatch(&d, k)),
+                }
             })
         }
     }
