@@ -292,10 +292,11 @@ pub unsafe extern "C" fn roctxNameOsThread(name: *const c_char) -> c_int {
 /// cannot: the global `roctxMarkA` is not this one (the library was not
 /// preloaded, only `dlopen`ed through `HSA_TOOLS_LIB`).
 pub(crate) fn capture_problem() -> Option<String> {
-    let ours = roctxMarkA as *const c_void;
     // SAFETY: a lookup of a NUL-terminated name in the global scope.
     let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"roctxMarkA".as_ptr()) };
-    if global as *const c_void == ours {
+    // Compared by the object that defines it: taking `roctxMarkA`'s address
+    // here would itself go through the global lookup.
+    if !global.is_null() && object_base(global) == object_base(capture_problem as *const c_void) {
         return None;
     }
     Some(
@@ -303,6 +304,21 @@ pub(crate) fn capture_problem() -> Option<String> {
          HSA_TOOLS_LIB only; run the application through `rprof`, or also put librprof_tool.so in LD_PRELOAD"
             .into(),
     )
+}
+
+/// Load address of the object holding `addr` (null if none).
+fn object_base(addr: *const c_void) -> usize {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is writable; dladdr only reads the loader's tables.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
 }
 
 /// Where the session sends marker records.
