@@ -203,7 +203,7 @@ fn markers_in_every_output() {
 
 #[test]
 fn kernel_rename_names_kernels_after_their_innermost_range() {
-    let run = run_rprof("rename", &["--kernel-rename"]);
+    let run = run_rprof("rename", &["--kernel-rename", "--stats"]);
     assert_eq!(
         kernel_names(&run.output("_kernel_trace.csv")),
         counts(&[("inner", 3), ("outer", 2), ("k_plain", 1), ("worker-range", 2)])
@@ -223,6 +223,21 @@ fn kernel_rename_names_kernels_after_their_innermost_range() {
     assert_eq!(slices.get("outer"), Some(&(1 + 2)), "{slices:?}");
     assert_eq!(slices.get("worker-range"), Some(&(1 + 2)), "{slices:?}");
     assert_eq!(trace.kernel_slice_total, 8);
+    // --stats: kernels by their (renamed) names, markers by message.
+    let calls = |path: &std::path::Path| -> BTreeMap<String, u64> {
+        let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        r.records()
+            .map(|rec| {
+                let rec = rec.unwrap();
+                (rec[0].split('(').next().unwrap().to_string(), rec[1].parse().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(
+        calls(&run.output("_kernel_stats.csv")),
+        counts(&[("inner", 3), ("outer", 2), ("k_plain", 1), ("worker-range", 2)])
+    );
+    assert_eq!(calls(&run.output("_marker_api_stats.csv")), expected_markers());
 }
 
 #[test]
