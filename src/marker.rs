@@ -365,7 +365,10 @@ mod tests {
             assert_eq!(current_region(), Some("inner"));
             let (inner, level) = range_pop(7, 30).unwrap();
             assert_eq!(level, 1);
-            assert_eq!((inner.message, inner.depth, inner.start_ns, inner.end_ns), ("inner", 1, 20, 30));
+            assert_eq!(
+                (inner.message, inner.depth, inner.start_ns, inner.end_ns),
+                ("inner", 1, 20, 30)
+            );
             assert_eq!(current_region(), Some("outer"));
             let (outer, level) = range_pop(7, 40).unwrap();
             assert_eq!((outer.message, outer.depth, level), ("outer", 0, 0));
@@ -401,7 +404,10 @@ mod tests {
                 end_ns: 200,
             })
             .unwrap();
-        assert_eq!((r.thread_id, r.end_thread_id, r.start_ns, r.end_ns), (1, 2, 100, 200));
+        assert_eq!(
+            (r.thread_id, r.end_thread_id, r.start_ns, r.end_ns),
+            (1, 2, 100, 200)
+        );
         assert_eq!(r.kind.operation(), "roctxProcessRangeA");
         assert_eq!(p.unfinished(), 0);
     }

@@ -21,7 +21,8 @@ use harness::Runtime;
 
 /// What marker_app prints about its ROCTx return values (the documented
 /// defaults: levels from 0, -1 for a pop with nothing open, range ids from 1).
-const LEVELS: &str = "LEVELS push_outer=0 push_inner=1 pop_inner=1 pop_outer=0 pop_empty=-1 range_id=1";
+const LEVELS: &str =
+    "LEVELS push_outer=0 push_inner=1 pop_inner=1 pop_outer=0 pop_empty=-1 range_id=1";
 /// ROCTx calls the app makes (7 marks, 3 pushes, 4 pops, 1 start, 1 stop,
 /// 2 thread names): all must reach its own ROCTx library.
 const ROCTX_CALLS: &str = "ROCTX_CALLS 18";
@@ -88,23 +89,44 @@ fn run_rprof(label: &str, extra: &[&str]) -> harness::Run {
     b.emulator();
     let dir = fresh_dir(label);
     let mut cmd = Runtime::selected().command(&b.rprof, &[]);
-    cmd.args(["--kernel-trace", "--marker-trace", "--output-format", "pftrace,csv,json", "-o", "run", "-d"])
-        .arg(&dir)
-        .args(extra)
-        .arg("--")
-        .arg(app);
+    cmd.args([
+        "--kernel-trace",
+        "--marker-trace",
+        "--output-format",
+        "pftrace,csv,json",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .args(extra)
+    .arg("--")
+    .arg(app);
     clear_rprof_env(&mut cmd);
     let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
     run.assert_success();
-    assert!(run.stdout.contains(LEVELS), "ROCTx return values changed:\n{}", run.stdout);
-    assert!(run.stdout.contains(ROCTX_CALLS), "calls not passed on:\n{}", run.stdout);
+    assert!(
+        run.stdout.contains(LEVELS),
+        "ROCTx return values changed:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(ROCTX_CALLS),
+        "calls not passed on:\n{}",
+        run.stdout
+    );
     run
 }
 
 /// Count of each value of `column` in a CSV file.
 fn csv_counts(path: &std::path::Path, column: &str) -> BTreeMap<String, u64> {
     let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let idx = r.headers().unwrap().iter().position(|h| h == column).unwrap();
+    let idx = r
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == column)
+        .unwrap();
     let mut m = BTreeMap::new();
     for rec in r.records() {
         *m.entry(rec.unwrap()[idx].to_string()).or_insert(0) += 1;
@@ -116,7 +138,8 @@ fn csv_counts(path: &std::path::Path, column: &str) -> BTreeMap<String, u64> {
 fn slices_by_name(json: &serde_json::Value) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for s in json["slices"].as_array().unwrap() {
-        *m.entry(s["name"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        *m.entry(s["name"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
     }
     m
 }
@@ -126,7 +149,8 @@ fn slices_by_name(json: &serde_json::Value) -> BTreeMap<String, u64> {
 fn kernel_names(path: &std::path::Path) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for (k, v) in csv_counts(path, "Kernel_Name") {
-        *m.entry(k.split('(').next().unwrap().to_string()).or_insert(0) += v;
+        *m.entry(k.split('(').next().unwrap().to_string())
+            .or_insert(0) += v;
     }
     m
 }
@@ -140,7 +164,10 @@ fn markers_in_every_output() {
     let run = run_rprof("markers", &[]);
     let csv = run.output("_marker_api_trace.csv");
     assert_eq!(csv_counts(&csv, "Function"), expected_markers());
-    assert_eq!(csv_counts(&csv, "Domain"), counts(&[("MARKER_CORE_RANGE_API", 11)]));
+    assert_eq!(
+        csv_counts(&csv, "Domain"),
+        counts(&[("MARKER_CORE_RANGE_API", 11)])
+    );
     // Marks are instants; every range has a positive length; the cross-thread
     // range belongs to the thread that started it (the main thread).
     let mut r = csv::Reader::from_path(&csv).unwrap();
@@ -168,26 +195,43 @@ fn markers_in_every_output() {
     // Kernels keep their names without --kernel-rename.
     assert_eq!(
         kernel_names(&run.output("_kernel_trace.csv")),
-        counts(&[("k_inner", 3), ("k_outer", 2), ("k_plain", 1), ("k_worker", 2)])
+        counts(&[
+            ("k_inner", 3),
+            ("k_outer", 2),
+            ("k_plain", 1),
+            ("k_worker", 2)
+        ])
     );
 
     let json = read_json(&run.output("_results.json"));
     let mut by_message = BTreeMap::new();
     let mut by_operation = BTreeMap::new();
     for m in json["marker_api"].as_array().unwrap() {
-        *by_message.entry(m["message"].as_str().unwrap().to_string()).or_insert(0) += 1;
-        *by_operation.entry(m["operation"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+        *by_operation
+            .entry(m["operation"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
     }
     assert_eq!(by_message, expected_markers());
     assert_eq!(
         by_operation,
-        counts(&[("roctxMarkA", 7), ("roctxThreadRangeA", 3), ("roctxProcessRangeA", 1)])
+        counts(&[
+            ("roctxMarkA", 7),
+            ("roctxThreadRangeA", 3),
+            ("roctxProcessRangeA", 1)
+        ])
     );
 
     let trace = check_pftrace(&run.output(".pftrace"));
     let slices = slices_by_name(&trace.json);
     for (name, n) in expected_markers() {
-        assert_eq!(slices.get(&name), Some(&n), "slices named {name}: {slices:?}");
+        assert_eq!(
+            slices.get(&name),
+            Some(&n),
+            "slices named {name}: {slices:?}"
+        );
     }
     // Thread names from roctxNameOsThread; the start/stop range on its track.
     let tracks: Vec<String> = trace.json["tracks"]
@@ -198,7 +242,11 @@ fn markers_in_every_output() {
         .collect();
     assert!(tracks.iter().any(|t| t == "main-thread"), "{tracks:?}");
     assert!(tracks.iter().any(|t| t == "worker"), "{tracks:?}");
-    assert_eq!(tracks.iter().filter(|t| *t == "ROCTx ranges").count(), 1, "{tracks:?}");
+    assert_eq!(
+        tracks.iter().filter(|t| *t == "ROCTx ranges").count(),
+        1,
+        "{tracks:?}"
+    );
 }
 
 #[test]
@@ -206,15 +254,30 @@ fn kernel_rename_names_kernels_after_their_innermost_range() {
     let run = run_rprof("rename", &["--kernel-rename", "--stats"]);
     assert_eq!(
         kernel_names(&run.output("_kernel_trace.csv")),
-        counts(&[("inner", 3), ("outer", 2), ("k_plain", 1), ("worker-range", 2)])
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
     );
     let json = read_json(&run.output("_results.json"));
     let mut names = BTreeMap::new();
     for d in json["kernel_dispatches"].as_array().unwrap() {
         let n = d["kernel_name"].as_str().unwrap();
-        *names.entry(n.split('(').next().unwrap().to_string()).or_insert(0) += 1;
+        *names
+            .entry(n.split('(').next().unwrap().to_string())
+            .or_insert(0) += 1;
     }
-    assert_eq!(names, counts(&[("inner", 3), ("outer", 2), ("k_plain", 1), ("worker-range", 2)]));
+    assert_eq!(
+        names,
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
     // Perfetto: each range's slice plus its kernels; the kernel table keeps
     // the kernels' own names (one instant each).
     let trace = check_pftrace(&run.output(".pftrace"));
@@ -225,19 +288,31 @@ fn kernel_rename_names_kernels_after_their_innermost_range() {
     assert_eq!(trace.kernel_slice_total, 8);
     // --stats: kernels by their (renamed) names, markers by message.
     let calls = |path: &std::path::Path| -> BTreeMap<String, u64> {
-        let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut r =
+            csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         r.records()
             .map(|rec| {
                 let rec = rec.unwrap();
-                (rec[0].split('(').next().unwrap().to_string(), rec[1].parse().unwrap())
+                (
+                    rec[0].split('(').next().unwrap().to_string(),
+                    rec[1].parse().unwrap(),
+                )
             })
             .collect()
     };
     assert_eq!(
         calls(&run.output("_kernel_stats.csv")),
-        counts(&[("inner", 3), ("outer", 2), ("k_plain", 1), ("worker-range", 2)])
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
     );
-    assert_eq!(calls(&run.output("_marker_api_stats.csv")), expected_markers());
+    assert_eq!(
+        calls(&run.output("_marker_api_stats.csv")),
+        expected_markers()
+    );
 }
 
 #[test]
@@ -265,5 +340,10 @@ fn hsa_tools_lib_alone_says_capture_is_impossible() {
         .count();
     assert_eq!(said, 1, "stderr:\n{}", run.stderr);
     assert!(!run.output("_marker_api_trace.csv").exists());
-    assert_eq!(kernel_names(&run.output("_kernel_trace.csv")).values().sum::<u64>(), 8);
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv"))
+            .values()
+            .sum::<u64>(),
+        8
+    );
 }

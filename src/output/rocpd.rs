@@ -679,7 +679,12 @@ impl RocpdSink {
                         .prepare_cached(&format!(
                             "INSERT INTO {tracks} (nid, pid, tid, name_id) VALUES (?1, ?2, ?3, ?4)"
                         ))?
-                        .execute(params![self.node_id, self.pid, i64::from(r.thread_id), category])?;
+                        .execute(params![
+                            self.node_id,
+                            self.pid,
+                            i64::from(r.thread_id),
+                            category
+                        ])?;
                     let t = self.db.last_insert_rowid();
                     self.marker_tracks.insert(r.thread_id, t);
                     t
@@ -1213,18 +1218,27 @@ mod tests {
         assert_eq!(count(&db, "SELECT count(*) FROM samples"), 6);
         assert_eq!(count(&db, "SELECT count(*) FROM regions_and_samples"), 9);
         assert_eq!(
-            count(&db, "SELECT count(*) FROM regions WHERE name = 'roctxThreadRangeA'"),
+            count(
+                &db,
+                "SELECT count(*) FROM regions WHERE name = 'roctxThreadRangeA'"
+            ),
             2
         );
         assert_eq!(
-            count(&db, "SELECT count(*) FROM regions WHERE name = 'roctxProcessRangeA' \
-                        AND start = 22 AND \"end\" = 60"),
+            count(
+                &db,
+                "SELECT count(*) FROM regions WHERE name = 'roctxProcessRangeA' \
+                        AND start = 22 AND \"end\" = 60"
+            ),
             1
         );
         assert_eq!(
-            count(&db, "SELECT count(*) FROM regions_and_samples \
+            count(
+                &db,
+                "SELECT count(*) FROM regions_and_samples \
                         WHERE category = 'MARKER_CORE_RANGE_API' \
-                        AND json_extract(extdata, '$.message') = 'tick'"),
+                        AND json_extract(extdata, '$.message') = 'tick'"
+            ),
             5
         );
         assert_eq!(
@@ -1234,9 +1248,14 @@ mod tests {
         );
         // One marker track per thread, named after the category.
         assert_eq!(count(&db, "SELECT count(*) FROM rocpd_track"), 2);
-        assert_eq!(count(&db, "SELECT count(*) FROM kernels WHERE region = 'inner'"), 1);
-        assert_eq!(count(&db, "SELECT count(*) FROM kernels WHERE region = ''"), 1);
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM kernels WHERE region = 'inner'"),
+            1
+        );
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM kernels WHERE region = ''"),
+            1
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
-
 }

@@ -263,7 +263,11 @@ impl RecordSink for StatsSink {
     }
 
     fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
-        add(&mut self.markers, r.message, r.end_ns.saturating_sub(r.start_ns));
+        add(
+            &mut self.markers,
+            r.message,
+            r.end_ns.saturating_sub(r.start_ns),
+        );
         Ok(())
     }
 

@@ -141,8 +141,9 @@ impl ChildEnv {
         };
         let lookup = plan.lookup();
         let wants = |name: &str| {
-            lookup(name)
-                .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+            lookup(name).is_some_and(|v| {
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+            })
         };
         if wants("RPROF_MARKER_TRACE") || wants("RPROF_KERNEL_RENAME") {
             let mut preload = tool.clone().into_os_string();
@@ -183,7 +184,10 @@ impl ChildEnv {
         }
         match emulator_env(exe) {
             Ok((name, value, dir)) => {
-                match (&self.preload_tool, self.set.iter_mut().find(|(k, _)| k == name)) {
+                match (
+                    &self.preload_tool,
+                    self.set.iter_mut().find(|(k, _)| k == name),
+                ) {
                     // Both preloaded: the tool first, then the emulator's
                     // value (which already holds the inherited one).
                     (Some(tool), Some(entry)) => {
