@@ -17,7 +17,7 @@
 //!
 //! Loaded through `HSA_TOOLS_LIB` alone, ROCr `dlopen`s this library with
 //! `RTLD_LOCAL` after the app's symbols were bound: nothing reaches these
-//! functions. [`capture_problem`] detects that, and the session says so.
+//! functions. `capture_problem` detects that, and the session says so.
 //!
 //! Owns the ROCTx ABI and the call-through; must not hold marker logic that
 //! tests cannot drive without FFI (that is `rprof_core::marker`).
