@@ -276,4 +276,17 @@ mod tests {
         assert!(!LaunchPlan::from_cli(&t, true).emulated);
         assert!(!LaunchPlan::from_cli(&t, false).tracing);
     }
+
+    #[test]
+    fn marker_options_map_to_their_variables_and_trace() {
+        let c = parse(&["rprof", "--marker-trace", "--kernel-rename", "./app"]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("RPROF_MARKER_TRACE"), Some("1"));
+        assert_eq!(get("RPROF_KERNEL_RENAME"), Some("1"));
+        assert!(p.tracing);
+        let c = parse(&["rprof", "--kernel-trace", "./app"]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        assert!(!p.env.iter().any(|(n, _)| n == "RPROF_MARKER_TRACE"));
+    }
 }
