@@ -84,6 +84,12 @@ fn marker_app() -> &'static PathBuf {
 
 /// Runs marker_app under `rprof --kernel-trace --marker-trace [extra]`.
 fn run_rprof(label: &str, extra: &[&str]) -> harness::Run {
+    run_rprof_with(label, &[&["--marker-trace"], extra].concat())
+}
+
+/// Runs marker_app under `rprof --kernel-trace [options]`; the app's ROCTx
+/// values and calls must be unchanged.
+fn run_rprof_with(label: &str, options: &[&str]) -> harness::Run {
     let app = marker_app();
     let b = build();
     b.emulator();
@@ -91,7 +97,6 @@ fn run_rprof(label: &str, extra: &[&str]) -> harness::Run {
     let mut cmd = Runtime::selected().command(&b.rprof, &[]);
     cmd.args([
         "--kernel-trace",
-        "--marker-trace",
         "--output-format",
         "pftrace,csv,json",
         "-o",
@@ -99,7 +104,7 @@ fn run_rprof(label: &str, extra: &[&str]) -> harness::Run {
         "-d",
     ])
     .arg(&dir)
-    .args(extra)
+    .args(options)
     .arg("--")
     .arg(app);
     clear_rprof_env(&mut cmd);
@@ -346,4 +351,21 @@ fn hsa_tools_lib_alone_says_capture_is_impossible() {
             .sum::<u64>(),
         8
     );
+}
+
+#[test]
+fn kernel_rename_alone_renames_without_recording_markers() {
+    let run = run_rprof_with("rename-only", &["--kernel-rename"]);
+    assert!(!run.output("_marker_api_trace.csv").exists());
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
+    let json = read_json(&run.output("_results.json"));
+    assert_eq!(json["marker_api"].as_array().unwrap().len(), 0);
 }

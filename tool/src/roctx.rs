@@ -331,3 +331,40 @@ pub(crate) fn start(target: marker::Target, kernel_rename: bool) {
         eprintln!("rprof: {lost} ROCTx calls made before the runtime started were not recorded (early queue full)");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No ROCTx library behind this one in a test binary: the documented
+    /// defaults (levels from 0, -1 for an empty pop, range ids counting up).
+    #[test]
+    fn without_a_real_library_the_documented_values_come_back() {
+        std::thread::spawn(|| {
+            // SAFETY: NUL-terminated literals.
+            unsafe {
+                assert_eq!(roctxRangePushA(c"a".as_ptr()), 0);
+                assert_eq!(roctxRangePushA(c"b".as_ptr()), 1);
+                roctxMarkA(std::ptr::null());
+            }
+            assert_eq!(roctxRangePop(), 1);
+            assert_eq!(roctxRangePop(), 0);
+            assert_eq!(roctxRangePop(), -1);
+            // SAFETY: as above.
+            let (first, second) = unsafe {
+                (
+                    roctxRangeStartA(c"x".as_ptr()),
+                    roctxRangeStartA(std::ptr::null()),
+                )
+            };
+            assert_eq!(second, first + 1);
+            roctxRangeStop(first);
+            let mut tid = 0u64;
+            // SAFETY: `tid` is writable.
+            assert_eq!(unsafe { roctxGetThreadId(&mut tid) }, 0);
+            assert_eq!(tid, u64::from(current_thread_id()));
+        })
+        .join()
+        .unwrap();
+    }
+}
