@@ -2,7 +2,8 @@
 //! path to the writer thread, and the tables that give them names.
 //!
 //! Every record is `Copy` and has no heap data, so that the hot paths can push
-//! it into a lock-free queue without allocating. Names (kernel symbols, agent
+//! it into a lock-free queue without allocating (marker texts are
+//! `&'static str`s interned once per thread, see [`crate::marker`]). Names (kernel symbols, agent
 //! names) live in tables that are filled off the hot path (code-object load,
 //! `OnLoad`) and are looked up by the writer.
 
@@ -76,6 +77,16 @@ pub enum Record {
     Intercept(InterceptRecord),
     /// A doorbell wake of a GPU RPC server thread (`--rpc-trace`).
     RpcWake(crate::rpc::RpcWakeRecord),
+    /// A finished ROCTx mark or range (`--marker-trace`).
+    Marker(crate::marker::MarkerRecord),
+    /// `roctxRangeStartA` (paired with its stop by the writer).
+    RangeStart(crate::marker::RangeStartRecord),
+    /// `roctxRangeStop`.
+    RangeStop(crate::marker::RangeStopRecord),
+    /// `--kernel-rename`: the ROCTx range a batch of dispatches was enqueued in.
+    KernelRegion(crate::marker::KernelRegionRecord),
+    /// `roctxNameOsThread`.
+    ThreadName(crate::marker::ThreadNameRecord),
 }
 
 /// A GPU agent as listed in the run's outputs.

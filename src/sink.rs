@@ -9,7 +9,8 @@
 //!
 //! Call order: [`RecordSink::start`] once, then any interleaving of
 //! [`RecordSink::intercept`], [`RecordSink::dispatch`] and
-//! [`RecordSink::rpc_wake`], then
+//! [`RecordSink::rpc_wake`], [`RecordSink::marker`],
+//! [`RecordSink::thread_name`], then
 //! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
 //! arrives when it completes, after the intercept record of its batch.
 
@@ -69,10 +70,41 @@ pub trait RecordSink {
     fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()>;
     /// One finished kernel dispatch.
     fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()>;
+    /// One finished kernel dispatch named after the ROCTx range it was
+    /// enqueued in (`--kernel-rename`). By default, the dispatch with the
+    /// range as its display name; sinks that keep the kernel's own name
+    /// beside it (Perfetto's kernel table, rocpd's `region` column)
+    /// override it.
+    fn dispatch_renamed(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+        region: &str,
+    ) -> io::Result<()> {
+        self.dispatch(
+            rec,
+            &KernelInfo {
+                display_name: region,
+                ..*kernel
+            },
+        )
+    }
     /// One RPC doorbell wake (`--rpc-trace`). Sinks without an RPC view
     /// ignore it.
     fn rpc_wake(&mut self, rec: &RpcWakeRecord) -> io::Result<()> {
         let _ = rec;
+        Ok(())
+    }
+    /// One finished ROCTx mark or range (`--marker-trace`). Sinks without
+    /// a marker view ignore it.
+    fn marker(&mut self, rec: &crate::marker::MarkerRecord) -> io::Result<()> {
+        let _ = rec;
+        Ok(())
+    }
+    /// A thread named with `roctxNameOsThread`. Sinks that do not name
+    /// threads ignore it.
+    fn thread_name(&mut self, thread_id: u32, name: &str) -> io::Result<()> {
+        let _ = (thread_id, name);
         Ok(())
     }
     /// Pushes what is buffered to the file, at a record boundary, so the

@@ -437,10 +437,13 @@ mod tests {
         assert_eq!(wait.rounds(), pauses);
         assert!(wait.expired());
         // Three yields, then naps of 5 ms (the last one cut at the
-        // deadline): 8 or 9 naps in 40 ms.
-        assert!((3 + 8..=3 + 9).contains(&pauses), "{pauses} pauses");
+        // deadline): at most 8 or 9 naps in 40 ms (fewer when a loaded
+        // machine oversleeps a nap; never more, never none).
+        assert!((3 + 1..=3 + 9).contains(&pauses), "{pauses} pauses");
         assert!(took >= Duration::from_millis(40), "{took:?}");
-        assert!(took < Duration::from_millis(40 + 30), "{took:?}");
+        // The last nap is cut at the deadline: what is left is scheduling
+        // delay (generous bound: this runs beside other tests on 2 cores).
+        assert!(took < Duration::from_millis(40 + 500), "{took:?}");
         // Past the deadline, a pause returns at once.
         assert!(!wait.pause());
         assert_eq!(wait.rounds(), pauses);

@@ -10,6 +10,8 @@
 //! |---|---|---|
 //! | `RPROF_KERNEL_TRACE` | record kernel dispatches | off |
 //! | `RPROF_RPC_TRACE` | trace RPC doorbell waits | off |
+//! | `RPROF_MARKER_TRACE` | record ROCTx marks and ranges (needs the library preloaded) | off |
+//! | `RPROF_KERNEL_RENAME` | name kernels after their enclosing ROCTx range | off |
 //! | `RPROF_SERIALIZE_KERNELS` | one kernel at a time per GPU | off |
 //! | `RPROF_STATS` | per-kernel statistics at exit | off |
 //! | `RPROF_TRUNCATE_KERNELS` | keep only the base name of kernels | off |
@@ -143,6 +145,10 @@ pub struct TraceConfig {
     pub kernel_exclude: Option<Regex>,
     /// The measurement and tuning knobs.
     pub tuning: Tuning,
+    /// Record ROCTx marks and ranges.
+    pub marker_trace: bool,
+    /// Name kernels after their innermost enclosing ROCTx push/pop range.
+    pub kernel_rename: bool,
 }
 
 /// A configuration value that rprof cannot use. The message names the
@@ -292,9 +298,9 @@ impl TraceConfig {
         env: &dyn EnvSource,
         facts: &ProcessFacts,
     ) -> Result<Option<TraceConfig>, ConfigError> {
-        // --sys-trace: every trace rprof has (today the kernel trace; the
-        // rpc trace is rprof's own diagnostic of GPU-to-host calls, not a
-        // rocprofv3 trace, and stays separate).
+        // --sys-trace: every trace rprof has (kernels, ROCTx markers, memory
+        // copies; the rpc trace is rprof's own diagnostic of GPU-to-host
+        // calls, not a rocprofv3 trace, and stays separate).
         let sys_trace = parse_bool(env, "RPROF_SYS_TRACE")?;
         let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")? || sys_trace;
         let rpc_trace = parse_bool(env, "RPROF_RPC_TRACE")?;
@@ -318,7 +324,9 @@ impl TraceConfig {
             .unwrap_or_else(|| "%hostname%/%pid%".into());
         let output_name = expand_output_name(&pattern, facts, env)?;
         let tuning = Tuning::from_source(env)?;
-        if !(kernel_trace || rpc_trace || serialize_kernels || stats) {
+        let marker_trace = parse_bool(env, "RPROF_MARKER_TRACE")? || sys_trace;
+        let kernel_rename = parse_bool(env, "RPROF_KERNEL_RENAME")?;
+        if !(kernel_trace || rpc_trace || serialize_kernels || stats || marker_trace) {
             return Ok(None);
         }
         Ok(Some(TraceConfig {
@@ -335,6 +343,8 @@ impl TraceConfig {
             kernel_include,
             kernel_exclude,
             tuning,
+            marker_trace,
+            kernel_rename,
         }))
     }
 
@@ -453,7 +463,7 @@ mod tests {
         let c = TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "1")]), &facts())
             .unwrap()
             .unwrap();
-        assert!(c.kernel_trace);
+        assert!(c.kernel_trace && c.marker_trace && !c.rpc_trace);
         assert!(
             TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "0")]), &facts())
                 .unwrap()

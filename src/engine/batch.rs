@@ -190,6 +190,19 @@ impl<S: DispatchSignal> Engine<S> {
         let shape = BatchShape::of(packets.len(), kernels, self.options.serialize);
         let (mut batch, mut signals) = self.empty_batch(&shape);
         let ids = self.build_batch(&mut batch, &mut signals, &caller, packets, kernels, source);
+        // --kernel-rename: the writer learns the batch's range before any of
+        // its dispatches can complete.
+        if let Some(region) = crate::marker::current_region() {
+            if !ids.is_empty() {
+                self.push_record_from_app_thread(Record::KernelRegion(
+                    crate::marker::KernelRegionRecord {
+                        first_correlation_id: ids.correlation_id(0),
+                        count: ids.len() as u32,
+                        region,
+                    },
+                ));
+            }
+        }
         // Count before the device can possibly finish them.
         hold_slots(queue, &batch);
         let before = self

@@ -362,6 +362,15 @@ impl<S: DispatchSignal> Engine<S> {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Hands a record made on an application thread (a ROCTx marker, see
+    /// [`crate::marker`]) to the writer, unless recording has stopped.
+    /// Never blocks for long: see `push_record_from_app_thread`.
+    pub fn push_app_record(&self, rec: Record) {
+        if self.is_tracing() {
+            self.push_record_from_app_thread(rec);
+        }
+    }
+
     fn push_record_from_app_thread(&self, rec: Record) {
         if self.writer_stalled.load(Ordering::Acquire) {
             // A stuck writer: no app thread waits for it.

@@ -49,6 +49,10 @@ pub struct WriterOutcome {
     /// Sum of their durations (entry to return, including the runtime's
     /// writer), in ns.
     pub intercept_ns: u64,
+    /// ROCTx marks and ranges written (`--marker-trace`).
+    pub markers: u64,
+    /// `roctxRangeStartA` ranges never stopped (not written).
+    pub unfinished_ranges: u64,
 }
 
 /// The sinks of a run and how each fared: a sink is called until its first
@@ -93,6 +97,9 @@ struct Tally {
     intercept_calls: u64,
     intercept_ns: u64,
     rpc_wakes: u64,
+    markers: u64,
+    process_ranges: crate::marker::ProcessRanges,
+    kernel_regions: crate::marker::KernelRegions,
 }
 
 /// Most records taken off the queue between two flush checks.
@@ -148,6 +155,8 @@ impl<S: DispatchSignal> Engine<S> {
             sink_failures: sinks.failures,
             intercept_calls: tally.intercept_calls,
             intercept_ns: tally.intercept_ns,
+            markers: tally.markers,
+            unfinished_ranges: tally.process_ranges.unfinished() as u64,
         }
     }
 
@@ -190,13 +199,33 @@ fn write_record(
             tally.rpc_wakes += 1;
             sinks.each("rpc_wake", |s| s.rpc_wake(&w));
         }
-        Record::Dispatch(d) => names.with_kernel(d.kernel_object, &mut |k, keep| {
-            if !keep {
-                tally.filtered_out += 1;
-                return;
+        Record::Marker(m) => {
+            tally.markers += 1;
+            sinks.each("marker", |s| s.marker(&m));
+        }
+        Record::RangeStart(r) => tally.process_ranges.start(r),
+        Record::RangeStop(r) => {
+            if let Some(m) = tally.process_ranges.stop(&r) {
+                tally.markers += 1;
+                sinks.each("marker", |s| s.marker(&m));
             }
-            tally.dispatches += 1;
-            sinks.each("dispatch", |s| s.dispatch(&d, k));
-        }),
+        }
+        Record::KernelRegion(r) => tally.kernel_regions.add(&r),
+        Record::ThreadName(t) => sinks.each("thread_name", |s| s.thread_name(t.thread_id, t.name)),
+        Record::Dispatch(d) => {
+            let region = tally.kernel_regions.take(d.correlation_id);
+            names.with_kernel(d.kernel_object, &mut |k, keep| {
+                if !keep {
+                    tally.filtered_out += 1;
+                    return;
+                }
+                tally.dispatches += 1;
+                match region {
+                    // --kernel-rename: shown under its range's name.
+                    Some(r) => sinks.each("dispatch", |s| s.dispatch_renamed(&d, k, r)),
+                    None => sinks.each("dispatch", |s| s.dispatch(&d, k)),
+                }
+            })
+        }
     }
 }

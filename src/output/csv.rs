@@ -3,7 +3,9 @@
 //! it by name or position), then rprof's `Private_Segment_Size` and
 //! `Group_Segment_Size` (the dispatch packet's exact sizes); and,
 //! with `--rpc-trace`, `NAME_rpc_trace.csv`: one row per RPC doorbell wake
-//! (created on the first wake, so runs without RPC traffic get no file).
+//! (created on the first wake, so runs without RPC traffic get no file);
+//! and, with `--marker-trace`, `NAME_marker_api_trace.csv`: one row per ROCTx
+//! mark or range, with rocprofv3's columns (created on the first marker).
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -62,12 +64,36 @@ pub const RPC_TRACE_COLUMNS: [&str; 12] = [
     "Wake_Latency_Ns",
 ];
 
-/// Streams kernel dispatches (and RPC wakes) to CSV files.
+/// The header row of `NAME_marker_api_trace.csv` (rocprofv3's).
+pub const MARKER_API_TRACE_COLUMNS: [&str; 7] = [
+    "Domain",
+    "Function",
+    "Process_Id",
+    "Thread_Id",
+    "Correlation_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+];
+
+/// Streams kernel dispatches (and RPC wakes, ROCTx markers) to CSV files.
 #[derive(Debug)]
 pub struct CsvSink {
     out: csv::Writer<BufWriter<File>>,
     rpc_path: std::path::PathBuf,
     rpc: Option<csv::Writer<BufWriter<File>>>,
+    marker_path: std::path::PathBuf,
+    markers: Option<csv::Writer<BufWriter<File>>>,
+    pid: u32,
+}
+
+/// `X_kernel_trace.csv` → `X_marker_api_trace.csv` (other names get
+/// `.marker.csv`).
+pub fn marker_trace_path(kernel_trace: &Path) -> std::path::PathBuf {
+    let s = kernel_trace.to_string_lossy();
+    match s.strip_suffix("_kernel_trace.csv") {
+        Some(stem) => format!("{stem}_marker_api_trace.csv").into(),
+        None => format!("{s}.marker.csv").into(),
+    }
 }
 
 /// `X_kernel_trace.csv` → `X_rpc_trace.csv` (other names get `.rpc.csv`).
@@ -92,13 +118,39 @@ impl CsvSink {
             out: csv::Writer::from_writer(file),
             rpc_path: rpc_trace_path(path),
             rpc: None,
+            marker_path: marker_trace_path(path),
+            markers: None,
+            pid: 0,
         })
     }
 }
 
 impl RecordSink for CsvSink {
-    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+    fn start(&mut self, run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+        self.pid = run.pid;
         self.out.write_record(KERNEL_TRACE_COLUMNS).map_err(to_io)
+    }
+
+    fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
+        if self.markers.is_none() {
+            let file = BufWriter::new(super::files::create_new(&self.marker_path)?);
+            let mut w = csv::Writer::from_writer(file);
+            w.write_record(MARKER_API_TRACE_COLUMNS).map_err(to_io)?;
+            self.markers = Some(w);
+        }
+        let Some(w) = self.markers.as_mut() else {
+            return Ok(());
+        };
+        let mut b = itoa::Buffer::new();
+        let mut field = |w: &mut csv::Writer<_>, v: u64| w.write_field(b.format(v)).map_err(to_io);
+        w.write_field(crate::marker::MARKER_DOMAIN).map_err(to_io)?;
+        w.write_field(r.message).map_err(to_io)?;
+        field(w, u64::from(self.pid))?;
+        field(w, u64::from(r.thread_id))?;
+        field(w, r.correlation_id)?;
+        field(w, r.start_ns)?;
+        field(w, r.end_ns)?;
+        w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
     fn intercept(&mut self, _rec: &InterceptRecord) -> io::Result<()> {
@@ -174,6 +226,9 @@ impl RecordSink for CsvSink {
 
     fn flush(&mut self) -> io::Result<()> {
         if let Some(w) = self.rpc.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.markers.as_mut() {
             w.flush()?;
         }
         self.out.flush()

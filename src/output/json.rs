@@ -31,6 +31,8 @@ pub struct JsonSink {
     first: bool,
     spool_path: std::path::PathBuf,
     spool: Option<BufWriter<File>>,
+    /// ROCTx markers (`--marker-trace`), spooled until `finish`.
+    marker_spool: Option<BufWriter<std::fs::File>>,
 }
 
 #[derive(Serialize)]
@@ -107,6 +109,20 @@ struct JsonMeta {
     end_ns: u64,
 }
 
+/// One ROCTx mark or range in `marker_api` (rocprofv3's record fields,
+/// with the message inline).
+#[derive(Serialize)]
+struct JsonMarker<'a> {
+    kind: &'static str,
+    operation: &'static str,
+    correlation_id: u64,
+    thread_id: u32,
+    end_thread_id: u32,
+    start_timestamp: u64,
+    end_timestamp: u64,
+    message: &'a str,
+}
+
 fn ser<T: Serialize>(w: &mut impl Write, v: &T) -> io::Result<()> {
     serde_json::to_writer(w, v).map_err(io::Error::other)
 }
@@ -122,6 +138,7 @@ impl JsonSink {
             first: true,
             spool_path: spool_path.into(),
             spool: None,
+            marker_spool: None,
         })
     }
 }
@@ -232,9 +249,42 @@ impl RecordSink for JsonSink {
         )
     }
 
+    fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
+        let first = self.marker_spool.is_none();
+        if first {
+            let dir = self.spool_path.parent().unwrap_or(Path::new("."));
+            self.marker_spool = Some(BufWriter::new(super::files::spool_file(dir)?));
+        }
+        let Some(w) = self.marker_spool.as_mut() else {
+            return Ok(());
+        };
+        if !first {
+            w.write_all(b",\n")?;
+        }
+        ser(
+            w,
+            &JsonMarker {
+                kind: crate::marker::MARKER_DOMAIN,
+                operation: r.kind.operation(),
+                correlation_id: r.correlation_id,
+                thread_id: r.thread_id,
+                end_thread_id: r.end_thread_id,
+                start_timestamp: r.start_ns,
+                end_timestamp: r.end_ns,
+                message: r.message,
+            },
+        )
+    }
+
     fn finish(&mut self, m: &RunMetadata) -> io::Result<()> {
         self.out.write_all(b"\n],\"rpc_wakes\":[\n")?;
         if let Some(spool) = self.spool.take() {
+            let mut f = spool.into_inner().map_err(|e| e.into_error())?;
+            io::Seek::rewind(&mut f)?;
+            io::copy(&mut f, &mut self.out)?;
+        }
+        self.out.write_all(b"\n],\"marker_api\":[\n")?;
+        if let Some(spool) = self.marker_spool.take() {
             let mut f = spool.into_inner().map_err(|e| e.into_error())?;
             io::Seek::rewind(&mut f)?;
             io::copy(&mut f, &mut self.out)?;

@@ -7,6 +7,8 @@
 //!   thread <tid>                            thread track of every other interceptor thread
 //!     hsa_queue_write                       one slice per InterceptRecord, flow to each kernel
 //!     sleep / serve, instant wake           RPC server threads (--rpc-trace): one of each per doorbell wake
+//!     <message>                             ROCTx (--marker-trace): mark = instant, push/pop range = slice
+//!   ROCTx ranges  (lane 0, 1, ...)          ROCTx start/stop ranges (may cross threads, need not nest)
 //!   pending doorbell rings <signal>         counter track per doorbell: value at wake and at serve end
 //! GPU <index> (<agent name>)                custom track per agent
 //!   queue <queue_id>                        custom track per queue
@@ -43,6 +45,10 @@ use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
 use crate::rpc::RpcWakeRecord;
 use crate::sink::{KernelInfo, RecordSink};
+
+/// Name of the tracks of ROCTx start/stop ranges (one lane each while they
+/// overlap).
+pub const MARKER_RANGES_TRACK_NAME: &str = "ROCTx ranges";
 
 /// Name of the slice an RPC server thread spends asleep on its doorbell.
 pub const RPC_SLEEP_SLICE_NAME: &str = "sleep";
@@ -272,6 +278,10 @@ struct Started {
     rpc_names: Option<RpcNames>,
     /// Doorbell signal -> its counter track.
     rpc_counters: HashMap<u64, u64>,
+    /// ROCTx start/stop range lanes: (track, last end).
+    marker_lanes: Vec<(u64, u64)>,
+    /// Names given with `roctxNameOsThread`.
+    thread_names: HashMap<u32, String>,
 }
 
 #[derive(Debug)]
@@ -335,7 +345,9 @@ impl Started {
             return Ok(uuid);
         }
         let uuid = self.new_uuid();
-        let name = if tid == self.run.pid {
+        let name = if let Some(n) = self.thread_names.get(&tid) {
+            n.clone()
+        } else if tid == self.run.pid {
             self.run.process_name.clone()
         } else {
             format!("thread {tid}")
@@ -348,6 +360,22 @@ impl Started {
             timestamp_ns: first_ts.min(self.run.start_ns),
         })?;
         self.threads.insert(tid, uuid);
+        Ok(uuid)
+    }
+
+    /// A lane of the `ROCTx ranges` tracks free at `start_ns`.
+    fn marker_lane(&mut self, start_ns: u64, end_ns: u64) -> io::Result<u64> {
+        if let Some(lane) = self.marker_lanes.iter_mut().find(|l| l.1 <= start_ns) {
+            lane.1 = end_ns;
+            return Ok(lane.0);
+        }
+        let uuid = self.new_uuid();
+        self.writer.write_custom_track(&CustomTrack {
+            parent_uuid: Some(PROCESS_TRACK_UUID),
+            description: Some("ROCTx start/stop ranges (roctxRangeStartA .. roctxRangeStop)"),
+            ..CustomTrack::new(uuid, MARKER_RANGES_TRACK_NAME)
+        })?;
+        self.marker_lanes.push((uuid, end_ns));
         Ok(uuid)
     }
 
@@ -502,84 +530,21 @@ impl Started {
     }
 }
 
-impl RecordSink for PerfettoSink {
-    fn start(&mut self, run: &RunInfo, agents: &[AgentInfo]) -> io::Result<()> {
-        let file = match std::mem::replace(&mut self.state, State::Finished) {
-            State::Created(f) => f,
-            _ => return Err(io::Error::other("PerfettoSink::start called twice")),
-        };
-        let mut writer = TraceWriter::with_options(file, self.options.encoding);
-        writer.write_clock_snapshot(&self.options.clocks.unwrap_or_else(read_clocks))?;
-        writer.write_process_track(&ProcessTrack {
-            uuid: PROCESS_TRACK_UUID,
-            pid: run.pid,
-            name: &run.process_name,
-            cmdline: &run.cmdline,
-            timestamp_ns: run.start_ns,
-        })?;
-        let args = ArgNames::intern(&mut writer);
-        let intercept_name = writer.intern_event_name(INTERCEPT_SLICE_NAME);
-        let kernel_symbol_name = writer.intern_event_name(KERNEL_SYMBOL_INSTANT_NAME);
-        self.state = State::Started(Box::new(Started {
-            writer,
-            run: run.clone(),
-            agents: agents.to_vec(),
-            args,
-            intercept_name,
-            kernel_symbol_name,
-            next_uuid: PROCESS_TRACK_UUID + 1,
-            threads: HashMap::new(),
-            agent_tracks: HashMap::new(),
-            queues: HashMap::new(),
-            kernels: HashMap::new(),
-            kernel_table_track: None,
-            flow_ids: Vec::new(),
-            launches: LaunchTable::default(),
-            last_ts: run.start_ns,
-            rpc_names: None,
-            rpc_counters: HashMap::new(),
-        }));
-        Ok(())
-    }
-
-    fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()> {
+impl PerfettoSink {
+    /// One kernel slice, named after `region` (`--kernel-rename`) or the
+    /// kernel; the kernel table keeps the kernel's own name.
+    fn write_dispatch(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+        region: Option<&str>,
+    ) -> io::Result<()> {
         let kernel_args = self.options.kernel_args;
         let s = self.started()?;
-        let track = s.thread_track(rec.thread_id, rec.begin_ns)?;
-        s.flow_ids.clear();
-        s.flow_ids.extend(
-            (0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id.wrapping_add(i)),
-        );
-        let a = s.args;
-        let uint = |name, v: u64| Arg {
-            name,
-            value: ArgValue::Uint(v),
-        };
-        let all_args = [
-            uint(a.packet_count, u64::from(rec.packet_count)),
-            uint(a.queue_id, rec.queue_id),
-            uint(a.dispatch_count, u64::from(rec.dispatch_count)),
-        ];
-        // Compact: the queue follows from the flows' target track and the
-        // dispatch count is the number of flows; keep the packet count only
-        // when it says more (non-kernel packets in the batch).
-        let args = match kernel_args {
-            KernelArgs::Full => &all_args[..],
-            _ if rec.packet_count != rec.dispatch_count => &all_args[..1],
-            _ => &[],
-        };
-        s.last_ts = s.last_ts.max(rec.end_ns);
-        s.writer.write_slice(&Slice {
-            args,
-            flow_ids: &s.flow_ids,
-            ..Slice::new(track, rec.begin_ns, rec.end_ns, s.intercept_name)
-        })
-    }
-
-    fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()> {
-        let kernel_args = self.options.kernel_args;
-        let s = self.started()?;
-        let name = s.kernel_name(rec, kernel)?;
+        let mut name = s.kernel_name(rec, kernel)?;
+        if let Some(r) = region {
+            name = s.writer.intern_event_name(r);
+        }
         let lane = s.lane_for(rec)?;
         s.last_ts = s.last_ts.max(rec.end_ns);
         let flow = [rec.correlation_id];
@@ -653,6 +618,96 @@ impl RecordSink for PerfettoSink {
             }
         }
     }
+}
+
+impl RecordSink for PerfettoSink {
+    fn start(&mut self, run: &RunInfo, agents: &[AgentInfo]) -> io::Result<()> {
+        let file = match std::mem::replace(&mut self.state, State::Finished) {
+            State::Created(f) => f,
+            _ => return Err(io::Error::other("PerfettoSink::start called twice")),
+        };
+        let mut writer = TraceWriter::with_options(file, self.options.encoding);
+        writer.write_clock_snapshot(&self.options.clocks.unwrap_or_else(read_clocks))?;
+        writer.write_process_track(&ProcessTrack {
+            uuid: PROCESS_TRACK_UUID,
+            pid: run.pid,
+            name: &run.process_name,
+            cmdline: &run.cmdline,
+            timestamp_ns: run.start_ns,
+        })?;
+        let args = ArgNames::intern(&mut writer);
+        let intercept_name = writer.intern_event_name(INTERCEPT_SLICE_NAME);
+        let kernel_symbol_name = writer.intern_event_name(KERNEL_SYMBOL_INSTANT_NAME);
+        self.state = State::Started(Box::new(Started {
+            writer,
+            run: run.clone(),
+            agents: agents.to_vec(),
+            args,
+            intercept_name,
+            kernel_symbol_name,
+            next_uuid: PROCESS_TRACK_UUID + 1,
+            threads: HashMap::new(),
+            agent_tracks: HashMap::new(),
+            queues: HashMap::new(),
+            kernels: HashMap::new(),
+            kernel_table_track: None,
+            flow_ids: Vec::new(),
+            launches: LaunchTable::default(),
+            last_ts: run.start_ns,
+            rpc_names: None,
+            rpc_counters: HashMap::new(),
+            marker_lanes: Vec::new(),
+            thread_names: HashMap::new(),
+        }));
+        Ok(())
+    }
+
+    fn intercept(&mut self, rec: &InterceptRecord) -> io::Result<()> {
+        let kernel_args = self.options.kernel_args;
+        let s = self.started()?;
+        let track = s.thread_track(rec.thread_id, rec.begin_ns)?;
+        s.flow_ids.clear();
+        s.flow_ids.extend(
+            (0..u64::from(rec.dispatch_count)).map(|i| rec.first_correlation_id.wrapping_add(i)),
+        );
+        let a = s.args;
+        let uint = |name, v: u64| Arg {
+            name,
+            value: ArgValue::Uint(v),
+        };
+        let all_args = [
+            uint(a.packet_count, u64::from(rec.packet_count)),
+            uint(a.queue_id, rec.queue_id),
+            uint(a.dispatch_count, u64::from(rec.dispatch_count)),
+        ];
+        // Compact: the queue follows from the flows' target track and the
+        // dispatch count is the number of flows; keep the packet count only
+        // when it says more (non-kernel packets in the batch).
+        let args = match kernel_args {
+            KernelArgs::Full => &all_args[..],
+            _ if rec.packet_count != rec.dispatch_count => &all_args[..1],
+            _ => &[],
+        };
+        s.last_ts = s.last_ts.max(rec.end_ns);
+        s.writer.write_slice(&Slice {
+            args,
+            flow_ids: &s.flow_ids,
+            ..Slice::new(track, rec.begin_ns, rec.end_ns, s.intercept_name)
+        })
+    }
+
+    fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()> {
+        self.write_dispatch(rec, kernel, None)
+    }
+
+    fn dispatch_renamed(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+        region: &str,
+    ) -> io::Result<()> {
+        self.write_dispatch(rec, kernel, Some(region))
+    }
 
     fn rpc_wake(&mut self, r: &RpcWakeRecord) -> io::Result<()> {
         let s = self.started()?;
@@ -690,6 +745,53 @@ impl RecordSink for PerfettoSink {
             CounterValue::Int(r.value_at_serve_end),
         )?;
         s.last_ts = s.last_ts.max(r.serve_end_ns);
+        Ok(())
+    }
+
+    fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
+        use crate::marker::MarkerKind;
+        let s = self.started()?;
+        let name = s.writer.intern_event_name(r.message);
+        s.last_ts = s.last_ts.max(r.end_ns);
+        match r.kind {
+            MarkerKind::Mark => {
+                let track = s.thread_track(r.thread_id, r.start_ns)?;
+                s.writer.write_instant(track, r.start_ns, name, &[])
+            }
+            MarkerKind::ThreadRange => {
+                let track = s.thread_track(r.thread_id, r.start_ns)?;
+                s.writer
+                    .write_slice(&Slice::new(track, r.start_ns, r.end_ns, name))
+            }
+            MarkerKind::ProcessRange => {
+                let track = s.marker_lane(r.start_ns, r.end_ns)?;
+                let a = s.args;
+                s.writer.write_slice(&Slice {
+                    args: &[Arg {
+                        name: a.thread_id,
+                        value: ArgValue::Uint(u64::from(r.thread_id)),
+                    }],
+                    ..Slice::new(track, r.start_ns, r.end_ns, name)
+                })
+            }
+        }
+    }
+
+    fn thread_name(&mut self, thread_id: u32, name: &str) -> io::Result<()> {
+        let s = self.started()?;
+        s.thread_names.insert(thread_id, name.to_string());
+        if let Some(&uuid) = s.threads.get(&thread_id) {
+            // The track exists already: describe it again under the name.
+            let pid = s.run.pid;
+            let ts = s.run.start_ns;
+            s.writer.write_thread_track(&ThreadTrack {
+                uuid,
+                pid,
+                tid: thread_id,
+                name,
+                timestamp_ns: ts,
+            })?;
+        }
         Ok(())
     }
 

@@ -398,6 +398,8 @@ pub struct RocpdSink {
     queues: HashSet<u64>,
     kernels: HashSet<u64>,
     next_event: i64,
+    /// ROCTx marks' tracks (one per thread, named after the category).
+    marker_tracks: std::collections::HashMap<u32, i64>,
 }
 
 impl std::fmt::Debug for RocpdSink {
@@ -443,6 +445,7 @@ impl RocpdSink {
             queues: HashSet::new(),
             kernels: HashSet::new(),
             next_event: 1,
+            marker_tracks: Default::default(),
         })
     }
 
@@ -660,16 +663,83 @@ impl RocpdSink {
         Ok(())
     }
 
+    /// One ROCTx marker, as rocprofv3 writes API records: an event with
+    /// `{"message": ...}`, then a region (ranges, named after the operation)
+    /// or a sample on the thread's marker track (marks).
+    fn insert_marker(&mut self, r: &crate::marker::MarkerRecord) -> rusqlite::Result<()> {
+        use crate::marker::MarkerKind;
+        self.ensure_thread(r.thread_id)?;
+        let category = self.string_id(crate::marker::MARKER_DOMAIN)?;
+        let event_id = self.next_event;
+        self.next_event += 1;
+        let extdata = serde_json::json!({ "message": r.message }).to_string();
+        let events = self.table("rocpd_event");
+        self.db
+            .prepare_cached(&format!(
+                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id, \
+                 extdata) VALUES (?1, ?2, ?3, 0, ?3, ?4)"
+            ))?
+            .execute(params![event_id, category, int(r.correlation_id), extdata])?;
+        if r.kind == MarkerKind::Mark {
+            let track = match self.marker_tracks.get(&r.thread_id) {
+                Some(&t) => t,
+                None => {
+                    let tracks = self.table("rocpd_track");
+                    self.db
+                        .prepare_cached(&format!(
+                            "INSERT INTO {tracks} (nid, pid, tid, name_id) VALUES (?1, ?2, ?3, ?4)"
+                        ))?
+                        .execute(params![
+                            self.node_id,
+                            self.pid,
+                            i64::from(r.thread_id),
+                            category
+                        ])?;
+                    let t = self.db.last_insert_rowid();
+                    self.marker_tracks.insert(r.thread_id, t);
+                    t
+                }
+            };
+            let samples = self.table("rocpd_sample");
+            self.db
+                .prepare_cached(&format!(
+                    "INSERT INTO {samples} (id, track_id, timestamp, event_id) VALUES (?1, ?2, ?3, ?4)"
+                ))?
+                .execute(params![int(r.correlation_id), track, int(r.start_ns), event_id])?;
+            return Ok(());
+        }
+        let name = self.string_id(r.kind.operation())?;
+        let regions = self.table("rocpd_region");
+        self.db
+            .prepare_cached(&format!(
+                "INSERT INTO {regions} (id, nid, pid, tid, start, \"end\", name_id, event_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+            ))?
+            .execute(params![
+                int(r.correlation_id),
+                self.node_id,
+                self.pid,
+                i64::from(r.thread_id),
+                int(r.start_ns),
+                int(r.end_ns),
+                name,
+                event_id
+            ])?;
+        Ok(())
+    }
+
     fn insert_dispatch(
         &mut self,
         rec: &DispatchRecord,
         kernel: &KernelInfo<'_>,
+        region: Option<&str>,
     ) -> rusqlite::Result<()> {
         self.ensure_thread(rec.thread_id)?;
         self.ensure_queue(rec.queue_id)?;
         self.ensure_kernel(rec, kernel)?;
         let category = self.string_id(KERNEL_DISPATCH)?;
-        let region = self.string_id("")?;
+        // --kernel-rename: the enclosing ROCTx range ("" otherwise).
+        let region = self.string_id(region.unwrap_or(""))?;
         let event_id = self.next_event;
         self.next_event += 1;
         let events = self.table("rocpd_event");
@@ -741,7 +811,21 @@ impl RecordSink for RocpdSink {
     }
 
     fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> io::Result<()> {
-        self.insert_dispatch(rec, kernel).map_err(to_io)
+        self.insert_dispatch(rec, kernel, None).map_err(to_io)
+    }
+
+    fn dispatch_renamed(
+        &mut self,
+        rec: &DispatchRecord,
+        kernel: &KernelInfo<'_>,
+        region: &str,
+    ) -> io::Result<()> {
+        self.insert_dispatch(rec, kernel, Some(region))
+            .map_err(to_io)
+    }
+
+    fn marker(&mut self, rec: &crate::marker::MarkerRecord) -> io::Result<()> {
+        self.insert_marker(rec).map_err(to_io)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -1098,5 +1182,94 @@ mod tests {
         let db = Connection::open(&path).unwrap();
         assert_eq!(count(&db, "SELECT count(*) FROM kernels"), 1);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn markers_become_regions_and_samples_and_renamed_kernels_a_region() {
+        use crate::marker::{MarkerKind, MarkerRecord};
+        let dir = scratch_dir("markers");
+        let path = dir.join("run_results.db");
+        let mut sink = RocpdSink::create(&path).unwrap();
+        sink.start(&run_info(), &agents()).unwrap();
+        let mut id = 0;
+        let mut marker = |kind, tid, message, start, end| {
+            id += 1;
+            MarkerRecord {
+                kind,
+                correlation_id: id,
+                thread_id: tid,
+                end_thread_id: tid,
+                depth: 0,
+                start_ns: start,
+                end_ns: end,
+                message,
+            }
+        };
+        let mut records = Vec::new();
+        for i in 0..5 {
+            records.push(marker(MarkerKind::Mark, 100, "tick", 10 + i, 10 + i));
+        }
+        records.push(marker(MarkerKind::Mark, 101, "say \"hi\"", 20, 20));
+        records.push(marker(MarkerKind::ThreadRange, 100, "inner", 30, 40));
+        records.push(marker(MarkerKind::ThreadRange, 100, "outer", 25, 45));
+        records.push(marker(MarkerKind::ProcessRange, 100, "cross", 22, 60));
+        for r in &records {
+            sink.marker(r).unwrap();
+        }
+        let k = KernelInfo {
+            kernel_id: 1,
+            display_name: "alpha(int)",
+            symbol_name: "_Z5alphai",
+            resources: None,
+        };
+        sink.dispatch_renamed(&dispatch(1, 10, 0, 100, 0xa000), &k, "inner")
+            .unwrap();
+        sink.dispatch(&dispatch(2, 10, 0, 100, 0xa000), &k).unwrap();
+        sink.finish(&RunMetadata::default()).unwrap();
+
+        let db = Connection::open(&path).unwrap();
+        assert_eq!(count(&db, "SELECT count(*) FROM regions"), 3);
+        assert_eq!(count(&db, "SELECT count(*) FROM samples"), 6);
+        assert_eq!(count(&db, "SELECT count(*) FROM regions_and_samples"), 9);
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM regions WHERE name = 'roctxThreadRangeA'"
+            ),
+            2
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM regions WHERE name = 'roctxProcessRangeA' \
+                        AND start = 22 AND \"end\" = 60"
+            ),
+            1
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM regions_and_samples \
+                        WHERE category = 'MARKER_CORE_RANGE_API' \
+                        AND json_extract(extdata, '$.message') = 'tick'"
+            ),
+            5
+        );
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM samples WHERE json_extract(extdata, '$.message') = 'say \"hi\"' \
+                        AND tid = 101"),
+            1
+        );
+        // One marker track per thread, named after the category.
+        assert_eq!(count(&db, "SELECT count(*) FROM rocpd_track"), 2);
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM kernels WHERE region = 'inner'"),
+            1
+        );
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM kernels WHERE region = ''"),
+            1
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

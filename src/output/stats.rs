@@ -36,6 +36,10 @@ pub struct StatsSink {
     print: bool,
     by_kernel: HashMap<u64, KernelStats>,
     rpc: Option<crate::rpc::RpcStats>,
+    /// `--kernel-rename`d dispatches, by the range they are named after.
+    by_region: HashMap<String, KernelStats>,
+    /// ROCTx markers by message (`NAME_marker_api_stats.csv`).
+    markers: HashMap<&'static str, KernelStats>,
 }
 
 impl StatsSink {
@@ -48,6 +52,8 @@ impl StatsSink {
             print,
             by_kernel: HashMap::new(),
             rpc: None,
+            by_region: HashMap::new(),
+            markers: HashMap::new(),
         }
     }
 
@@ -64,33 +70,26 @@ impl StatsSink {
 
     /// The figures, sorted by total time, longest first (ties by name).
     pub fn sorted(&self) -> Vec<KernelStats> {
-        let mut v: Vec<KernelStats> = self.by_kernel.values().cloned().collect();
-        v.sort_by(|a, b| {
-            b.total_ns
-                .cmp(&a.total_ns)
-                .then_with(|| a.name.cmp(&b.name))
-        });
+        let mut v: Vec<KernelStats> = self
+            .by_kernel
+            .values()
+            .chain(self.by_region.values())
+            .cloned()
+            .collect();
+        sort_by_total(&mut v);
+        v
+    }
+
+    /// Marker statistics by message, sorted like the kernels'.
+    pub fn marker_rows(&self) -> Vec<KernelStats> {
+        let mut v: Vec<KernelStats> = self.markers.values().cloned().collect();
+        sort_by_total(&mut v);
         v
     }
 
     /// Renders the CSV text.
     pub fn to_csv(&self) -> String {
-        let rows = self.sorted();
-        let grand: u64 = rows.iter().map(|r| r.total_ns).sum();
-        let mut s = String::from("\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\"\n");
-        for r in &rows {
-            s.push_str(&format!(
-                "\"{}\",{},{},{},{:.4},{},{}\n",
-                r.name.replace('"', "\"\""),
-                r.calls,
-                r.total_ns,
-                r.total_ns / r.calls.max(1),
-                share(r.total_ns, grand),
-                r.min_ns,
-                r.max_ns
-            ));
-        }
-        s
+        rows_csv(&self.sorted())
     }
 
     /// The RPC doorbell summary, if any wake was seen.
@@ -154,6 +153,51 @@ impl StatsSink {
     }
 }
 
+/// Longest total first (ties by name).
+fn sort_by_total(v: &mut [KernelStats]) {
+    v.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+}
+
+/// rocprofv3's statistics columns, one row per entry.
+fn rows_csv(rows: &[KernelStats]) -> String {
+    let grand: u64 = rows.iter().map(|r| r.total_ns).sum();
+    let mut s = String::from(
+        "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\"\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "\"{}\",{},{},{},{:.4},{},{}\n",
+            r.name.replace('"', "\"\""),
+            r.calls,
+            r.total_ns,
+            r.total_ns / r.calls.max(1),
+            share(r.total_ns, grand),
+            r.min_ns,
+            r.max_ns
+        ));
+    }
+    s
+}
+
+/// Adds one duration to the entry of `name`.
+fn add(map: &mut HashMap<&'static str, KernelStats>, name: &'static str, d: u64) {
+    let e = map.entry(name).or_insert_with(|| KernelStats {
+        name: name.to_string(),
+        calls: 0,
+        total_ns: 0,
+        min_ns: u64::MAX,
+        max_ns: 0,
+    });
+    e.calls += 1;
+    e.total_ns += d;
+    e.min_ns = e.min_ns.min(d);
+    e.max_ns = e.max_ns.max(d);
+}
+
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -190,6 +234,43 @@ impl RecordSink for StatsSink {
         Ok(())
     }
 
+    fn dispatch_renamed(
+        &mut self,
+        r: &DispatchRecord,
+        _k: &KernelInfo<'_>,
+        region: &str,
+    ) -> io::Result<()> {
+        let d = r.end_ns.saturating_sub(r.start_ns);
+        if !self.by_region.contains_key(region) {
+            self.by_region.insert(
+                region.to_owned(),
+                KernelStats {
+                    name: region.to_owned(),
+                    calls: 0,
+                    total_ns: 0,
+                    min_ns: u64::MAX,
+                    max_ns: 0,
+                },
+            );
+        }
+        if let Some(e) = self.by_region.get_mut(region) {
+            e.calls += 1;
+            e.total_ns += d;
+            e.min_ns = e.min_ns.min(d);
+            e.max_ns = e.max_ns.max(d);
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
+        add(
+            &mut self.markers,
+            r.message,
+            r.end_ns.saturating_sub(r.start_ns),
+        );
+        Ok(())
+    }
+
     fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
         self.rpc.get_or_insert_with(Default::default).add(r);
         Ok(())
@@ -211,6 +292,15 @@ impl RecordSink for StatsSink {
                 }
             };
             file.write_all(self.to_csv().as_bytes())?;
+            if !self.markers.is_empty() {
+                let s = p.to_string_lossy();
+                let marker_path = match s.strip_suffix("_kernel_stats.csv") {
+                    Some(stem) => format!("{stem}_marker_api_stats.csv"),
+                    None => format!("{s}.marker.csv"),
+                };
+                super::files::create_new(Path::new(&marker_path))?
+                    .write_all(rows_csv(&self.marker_rows()).as_bytes())?;
+            }
             if let Some(m) = self.rpc_summary() {
                 let s = p.to_string_lossy();
                 let rpc_path = match s.strip_suffix("_kernel_stats.csv") {

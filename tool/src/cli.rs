@@ -66,6 +66,12 @@ pub struct TraceArgs {
     /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).
     #[arg(long)]
     pub rpc_trace: bool,
+    /// Record ROCTx marks and ranges (NAME_marker_api_trace.csv; the tool library is preloaded).
+    #[arg(long)]
+    pub marker_trace: bool,
+    /// Name each kernel after its innermost enclosing ROCTx push/pop range.
+    #[arg(long)]
+    pub kernel_rename: bool,
     /// Run one kernel at a time per GPU (no overlap; slower).
     #[arg(long)]
     pub serialize_kernels: bool,
@@ -144,6 +150,8 @@ impl LaunchPlan {
         flag(&mut env, t.kernel_trace, "RPROF_KERNEL_TRACE");
         flag(&mut env, t.sys_trace, "RPROF_SYS_TRACE");
         flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
+        flag(&mut env, t.marker_trace, "RPROF_MARKER_TRACE");
+        flag(&mut env, t.kernel_rename, "RPROF_KERNEL_RENAME");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
@@ -162,8 +170,12 @@ impl LaunchPlan {
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
-        let tracing =
-            t.kernel_trace || t.sys_trace || t.rpc_trace || t.serialize_kernels || t.stats;
+        let tracing = t.kernel_trace
+            || t.sys_trace
+            || t.rpc_trace
+            || t.serialize_kernels
+            || t.stats
+            || t.marker_trace;
         let emulated = match t.device {
             Device::Emulated => true,
             Device::Native => false,
@@ -194,8 +206,6 @@ pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--hsa-finalizer-trace",
     "--memory-copy-trace",
     "--memory-allocation-trace",
-    "--marker-trace",
-    "--kernel-rename",
     "--scratch-memory-trace",
     "--rccl-trace",
     "--rocdecode-trace",
@@ -409,5 +419,18 @@ mod tests {
         assert!(LaunchPlan::from_cli(&t, false).emulated);
         assert!(!LaunchPlan::from_cli(&t, true).emulated);
         assert!(!LaunchPlan::from_cli(&t, false).tracing);
+    }
+
+    #[test]
+    fn marker_options_map_to_their_variables_and_trace() {
+        let c = parse(&["rprof", "--marker-trace", "--kernel-rename", "./app"]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("RPROF_MARKER_TRACE"), Some("1"));
+        assert_eq!(get("RPROF_KERNEL_RENAME"), Some("1"));
+        assert!(p.tracing);
+        let c = parse(&["rprof", "--kernel-trace", "./app"]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        assert!(!p.env.iter().any(|(n, _)| n == "RPROF_MARKER_TRACE"));
     }
 }

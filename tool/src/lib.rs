@@ -27,6 +27,9 @@
 //!   `hsa_shut_down` (flush at the last shutdown, `session::flush`). Exit,
 //!   fork and SIGTERM handlers (`session::lifecycle`) flush apps that end
 //!   without `hsa_shut_down`.
+//! - [`roctx`] exports the ROCTx functions, so that a preloaded library
+//!   sees the application's marker calls (`--marker-trace`,
+//!   `--kernel-rename`) and passes them on to the real ROCTx library.
 //! - [`signals`] implements the signal pool's provider with ROCr (memory
 //!   signals without driver events) and the engine's completion backend.
 //! - `outputs` opens the sinks the configuration asks for; `report` tells
@@ -45,6 +48,7 @@ mod code_objects;
 mod outputs;
 pub mod preload;
 pub mod report;
+pub mod roctx;
 mod rpc_wait;
 pub mod runtime;
 mod session;

@@ -171,6 +171,10 @@ struct ChildEnv {
     set: Vec<(String, OsString)>,
     /// Inherited variables to remove.
     remove: Vec<String>,
+    /// The tool library, when it is also preloaded (`--marker-trace`,
+    /// `--kernel-rename`: its ROCTx functions must come before the app's
+    /// ROCTx library).
+    preload_tool: Option<OsString>,
 }
 
 impl ChildEnv {
@@ -185,6 +189,21 @@ impl ChildEnv {
                 return false;
             }
         };
+        let lookup = plan.lookup();
+        let wants = |name: &str| {
+            lookup(name).is_some_and(|v| {
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+            })
+        };
+        if wants("RPROF_MARKER_TRACE") || wants("RPROF_KERNEL_RENAME") || wants("RPROF_SYS_TRACE") {
+            let mut preload = tool.clone().into_os_string();
+            if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+                preload.push(" ");
+                preload.push(existing);
+            }
+            self.set.push(("LD_PRELOAD".into(), preload));
+            self.preload_tool = Some(tool.clone().into_os_string());
+        }
         let mut value = tool.into_os_string();
         if let Some(existing) = std::env::var_os("HSA_TOOLS_LIB").filter(|v| !v.is_empty()) {
             value.push(" ");
@@ -215,7 +234,20 @@ impl ChildEnv {
         }
         match emulator_env(exe) {
             Ok((name, value, dir)) => {
-                self.set.push((name.into(), value));
+                match (
+                    &self.preload_tool,
+                    self.set.iter_mut().find(|(k, _)| k == name),
+                ) {
+                    // Both preloaded: the tool first, then the emulator's
+                    // value (which already holds the inherited one).
+                    (Some(tool), Some(entry)) => {
+                        let mut joined = tool.clone();
+                        joined.push(" ");
+                        joined.push(value);
+                        entry.1 = joined;
+                    }
+                    _ => self.set.push((name.into(), value)),
+                }
                 dir
             }
             Err(e) => {

@@ -86,6 +86,18 @@ fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(Pa
     let mut rpc = Vec::new();
     if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
         expected = rprof_tool::report::output_files(&cfg);
+        if cfg.marker_trace && cfg.stats {
+            rpc.push((
+                cfg.output_path("_marker_api_stats.csv"),
+                cfg.output_path("_kernel_stats.csv"),
+            ));
+        }
+        if cfg.marker_trace && cfg.formats.csv {
+            rpc.push((
+                cfg.output_path("_marker_api_trace.csv"),
+                cfg.output_path("_kernel_trace.csv"),
+            ));
+        }
         if cfg.rpc_trace {
             if cfg.formats.csv {
                 rpc.push((

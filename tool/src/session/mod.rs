@@ -178,7 +178,20 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
     // before any app call.
     unsafe { hooks::install(table, &config, session) };
     lifecycle::install();
+    if config.marker_trace || config.kernel_rename {
+        crate::roctx::start(push_marker, config.kernel_rename);
+        if let Some(why) = crate::roctx::capture_problem() {
+            eprintln!("rprof: {why}");
+        }
+    }
     Ok(())
+}
+
+/// Hands a ROCTx record to the engine (the marker module's target).
+fn push_marker(rec: rprof_core::record::Record) {
+    if let Some(s) = session() {
+        s.engine.push_app_record(rec);
+    }
 }
 
 /// The configuration, `None` when it asks for no trace. Warns first about
@@ -191,7 +204,7 @@ fn read_config() -> Result<Option<TraceConfig>, String> {
         eprintln!("rprof: warning: {m}");
     }
     match TraceConfig::from_env() {
-        Ok(Some(c)) if c.kernel_trace || c.rpc_trace => Ok(Some(c)),
+        Ok(Some(c)) if c.kernel_trace || c.rpc_trace || c.marker_trace => Ok(Some(c)),
         Ok(_) => Ok(None),
         Err(e) => Err(format!("configuration error: {e}; {UNTRACED}")),
     }

@@ -1,0 +1,428 @@
+//! ROCTx marker trace (`--marker-trace`) and `--kernel-rename`: the records,
+//! the per-thread state behind `roctxRangePushA` / `roctxRangePop`, message
+//! interning, and the hand-off to the engine.
+//!
+//! The tool library's ROCTx entry points (`tool/src/roctx.rs`, the FFI edge)
+//! call the functions here on the application's threads. Nothing here takes
+//! a global lock, and in steady state nothing allocates:
+//! - a message is interned once per thread ([`intern`]): a thread-local
+//!   table maps the bytes to a leaked `&'static str`, so a record carries the
+//!   text as a pointer and stays `Copy`; a message seen again costs a hash
+//!   lookup. Distinct texts are capped ([`MESSAGE_BYTES_CAP`] bytes in all);
+//!   past the cap a message is recorded as [`MESSAGE_TABLE_FULL`].
+//! - push/pop ranges are paired on the calling thread (a thread-local stack
+//!   whose storage is kept), and leave as one [`MarkerRecord`] at the pop.
+//! - start/stop ranges may end on another thread: the start and the stop
+//!   leave as two records ([`RangeStartRecord`], [`RangeStopRecord`]) and the
+//!   writer thread pairs them by range id ([`ProcessRanges`]).
+//!
+//! Records go to the engine through a target set by the session
+//! ([`set_target`]); records made before the session exists (ROCTx calls
+//! before `hsa_init`) wait in a bounded early queue that the session drains
+//! when it starts ([`drain_early`]).
+//!
+//! `--kernel-rename`: when on ([`set_kernel_rename`]), the engine's
+//! interceptor asks [`current_region`] for the innermost open push/pop range
+//! of the dispatching thread and hands a [`KernelRegionRecord`] to the writer
+//! with the batch; the writer names those dispatches after it in every
+//! output.
+//!
+//! Owns the marker records and their per-thread state; must not call the
+//! runtime or know about ROCTx's ABI (the tool does).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::record::Record;
+
+/// What a [`MarkerRecord`] is. The names are rocprofv3's operation names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// `roctxMarkA`: an instant (start = end).
+    Mark,
+    /// `roctxRangePushA` .. `roctxRangePop` on one thread.
+    ThreadRange,
+    /// `roctxRangeStartA` .. `roctxRangeStop`, possibly ended on another
+    /// thread.
+    ProcessRange,
+}
+
+impl MarkerKind {
+    /// rocprofv3's operation name (`roctxMarkA`, `roctxThreadRangeA`,
+    /// `roctxProcessRangeA`).
+    pub fn operation(self) -> &'static str {
+        match self {
+            MarkerKind::Mark => "roctxMarkA",
+            MarkerKind::ThreadRange => "roctxThreadRangeA",
+            MarkerKind::ProcessRange => "roctxProcessRangeA",
+        }
+    }
+}
+
+/// rocprofv3's kind (domain) name of marker records.
+pub const MARKER_DOMAIN: &str = "MARKER_CORE_RANGE_API";
+
+/// One finished marker: a mark, or a range with both ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerRecord {
+    /// Mark, push/pop range or start/stop range.
+    pub kind: MarkerKind,
+    /// Per-process marker id, from 1 in call order of the mark, push or
+    /// start (rocprofv3's internal correlation id of the record).
+    pub correlation_id: u64,
+    /// The thread that called `roctxMarkA`, `roctxRangePushA` or
+    /// `roctxRangeStartA` (the record's thread, as rocprofv3 has it).
+    pub thread_id: u32,
+    /// The thread that ended the range (`thread_id` for marks and push/pop).
+    pub end_thread_id: u32,
+    /// Nesting level of a push/pop range on its thread (0 = outermost); 0
+    /// otherwise.
+    pub depth: u32,
+    /// `CLOCK_BOOTTIME` ns of the call (mark) or the start.
+    pub start_ns: u64,
+    /// `CLOCK_BOOTTIME` ns of the end (= `start_ns` for a mark).
+    pub end_ns: u64,
+    /// The text given to ROCTx (interned for the rest of the process).
+    pub message: &'static str,
+}
+
+/// `roctxRangeStartA`: the open half of a start/stop range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeStartRecord {
+    /// The id `roctxRangeStartA` returned (the key of the stop).
+    pub range_id: u64,
+    /// Marker id (see [`MarkerRecord::correlation_id`]).
+    pub correlation_id: u64,
+    /// The starting thread.
+    pub thread_id: u32,
+    /// When it started.
+    pub start_ns: u64,
+    /// The text.
+    pub message: &'static str,
+}
+
+/// `roctxRangeStop`, on any thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeStopRecord {
+    /// The id given to `roctxRangeStop`.
+    pub range_id: u64,
+    /// The stopping thread.
+    pub thread_id: u32,
+    /// When it stopped.
+    pub end_ns: u64,
+}
+
+/// `--kernel-rename`: the dispatches with correlation ids
+/// `first_correlation_id .. first_correlation_id + count` were enqueued
+/// inside the push/pop range `region` of their thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelRegionRecord {
+    /// Correlation id of the batch's first dispatch.
+    pub first_correlation_id: u64,
+    /// Dispatches of the batch.
+    pub count: u32,
+    /// The innermost open range's text.
+    pub region: &'static str,
+}
+
+/// `roctxNameOsThread`: a name for a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadNameRecord {
+    /// The named thread (the caller).
+    pub thread_id: u32,
+    /// The name.
+    pub name: &'static str,
+}
+
+/// Most bytes of distinct message text kept for the process.
+pub const MESSAGE_BYTES_CAP: usize = 64 << 20;
+/// The text recorded for messages past [`MESSAGE_BYTES_CAP`].
+pub const MESSAGE_TABLE_FULL: &str = "<rprof: ROCTx message table full>";
+
+static MESSAGE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static NEXT_MARKER: AtomicU64 = AtomicU64::new(1);
+static KERNEL_RENAME: AtomicBool = AtomicBool::new(false);
+
+/// An open push/pop range on its thread.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    message: &'static str,
+    correlation_id: u64,
+    start_ns: u64,
+}
+
+thread_local! {
+    static MESSAGES: RefCell<HashMap<&'static str, ()>> = RefCell::new(HashMap::new());
+    static STACK: RefCell<Vec<Open>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The text as a `&'static str`: the same pointer for the same text on one
+/// thread (allocated and leaked the first time only), lossily decoded from
+/// UTF-8.
+pub fn intern(bytes: &[u8]) -> &'static str {
+    let text = String::from_utf8_lossy(bytes);
+    let found = MESSAGES
+        .try_with(|m| m.borrow().get_key_value(text.as_ref()).map(|(k, _)| *k))
+        .ok()
+        .flatten();
+    if let Some(k) = found {
+        return k;
+    }
+    if MESSAGE_BYTES.fetch_add(text.len(), Ordering::Relaxed) + text.len() > MESSAGE_BYTES_CAP {
+        return MESSAGE_TABLE_FULL;
+    }
+    let leaked: &'static str = Box::leak(text.into_owned().into_boxed_str());
+    let _ = MESSAGES.try_with(|m| m.borrow_mut().insert(leaked, ()));
+    leaked
+}
+
+/// A new marker id (1, 2, ...).
+pub fn next_marker_id() -> u64 {
+    NEXT_MARKER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `roctxRangePushA` on this thread: returns the nesting level before the
+/// push (0 for an outermost range).
+pub fn range_push(message: &'static str, correlation_id: u64, start_ns: u64) -> usize {
+    STACK
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            s.push(Open {
+                message,
+                correlation_id,
+                start_ns,
+            });
+            s.len() - 1
+        })
+        .unwrap_or(0)
+}
+
+/// `roctxRangePop` on this thread: the finished range, and the nesting level
+/// after the pop; `None` if no range was open.
+pub fn range_pop(thread_id: u32, end_ns: u64) -> Option<(MarkerRecord, usize)> {
+    STACK
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            let open = s.pop()?;
+            let depth = s.len();
+            Some((
+                MarkerRecord {
+                    kind: MarkerKind::ThreadRange,
+                    correlation_id: open.correlation_id,
+                    thread_id,
+                    end_thread_id: thread_id,
+                    depth: depth as u32,
+                    start_ns: open.start_ns,
+                    end_ns,
+                    message: open.message,
+                },
+                depth,
+            ))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Push/pop ranges open on this thread.
+pub fn open_ranges() -> usize {
+    STACK.try_with(|s| s.borrow().len()).unwrap_or(0)
+}
+
+/// Turns `--kernel-rename` on or off for the process.
+pub fn set_kernel_rename(on: bool) {
+    KERNEL_RENAME.store(on, Ordering::Release);
+}
+
+/// With `--kernel-rename` on: the innermost open push/pop range of the
+/// calling thread (what its kernels are named after). `None` when off.
+#[inline]
+pub fn current_region() -> Option<&'static str> {
+    if !KERNEL_RENAME.load(Ordering::Relaxed) {
+        return None;
+    }
+    STACK
+        .try_with(|s| s.borrow().last().map(|o| o.message))
+        .ok()
+        .flatten()
+}
+
+/// Where records go once the session runs.
+pub type Target = fn(Record);
+
+static TARGET: OnceLock<Target> = OnceLock::new();
+static EARLY: OnceLock<ArrayQueue<Record>> = OnceLock::new();
+static EARLY_LOST: AtomicU64 = AtomicU64::new(0);
+/// Records kept before the session starts.
+pub const EARLY_CAPACITY: usize = 4096;
+
+/// Sets where records go from now on (once per process).
+pub fn set_target(target: Target) {
+    let _ = TARGET.set(target);
+}
+
+/// Hands a record to the target, or to the early queue while there is none.
+pub fn emit(rec: Record) {
+    if let Some(t) = TARGET.get() {
+        t(rec);
+        return;
+    }
+    let q = EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
+    if q.push(rec).is_err() {
+        EARLY_LOST.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes the records made before the target was set, in call order, and
+/// the number that did not fit.
+pub fn drain_early(mut f: impl FnMut(Record)) -> u64 {
+    if let Some(q) = EARLY.get() {
+        while let Some(r) = q.pop() {
+            f(r);
+        }
+    }
+    EARLY_LOST.swap(0, Ordering::Relaxed)
+}
+
+/// Pairs start/stop ranges on the writer thread.
+#[derive(Debug, Default)]
+pub struct ProcessRanges {
+    open: HashMap<u64, RangeStartRecord>,
+}
+
+impl ProcessRanges {
+    /// Remembers a start.
+    pub fn start(&mut self, r: RangeStartRecord) {
+        self.open.insert(r.range_id, r);
+    }
+
+    /// The finished range of a stop, if its start was seen.
+    pub fn stop(&mut self, r: &RangeStopRecord) -> Option<MarkerRecord> {
+        let s = self.open.remove(&r.range_id)?;
+        Some(MarkerRecord {
+            kind: MarkerKind::ProcessRange,
+            correlation_id: s.correlation_id,
+            thread_id: s.thread_id,
+            end_thread_id: r.thread_id,
+            depth: 0,
+            start_ns: s.start_ns,
+            end_ns: r.end_ns.max(s.start_ns),
+            message: s.message,
+        })
+    }
+
+    /// Ranges started and never stopped.
+    pub fn unfinished(&self) -> usize {
+        self.open.len()
+    }
+}
+
+/// Kernel regions by correlation id, on the writer thread.
+#[derive(Debug, Default)]
+pub struct KernelRegions {
+    by_correlation: HashMap<u64, &'static str>,
+}
+
+impl KernelRegions {
+    /// Remembers the region of a batch.
+    pub fn add(&mut self, r: &KernelRegionRecord) {
+        for i in 0..u64::from(r.count) {
+            self.by_correlation
+                .insert(r.first_correlation_id.wrapping_add(i), r.region);
+        }
+    }
+
+    /// The region of a dispatch (forgotten once asked).
+    pub fn take(&mut self, correlation_id: u64) -> Option<&'static str> {
+        if self.by_correlation.is_empty() {
+            return None;
+        }
+        self.by_correlation.remove(&correlation_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_returns_one_pointer_per_text() {
+        let a = intern(b"phase one");
+        let b = intern(b"phase one");
+        assert_eq!(a.as_ptr(), b.as_ptr());
+        assert_eq!(intern(b"x\xffy"), "x\u{fffd}y");
+    }
+
+    #[test]
+    fn push_pop_nest_and_report_levels() {
+        std::thread::spawn(|| {
+            assert_eq!(range_push("outer", 1, 10), 0);
+            assert_eq!(range_push("inner", 2, 20), 1);
+            set_kernel_rename(true);
+            assert_eq!(current_region(), Some("inner"));
+            let (inner, level) = range_pop(7, 30).unwrap();
+            assert_eq!(level, 1);
+            assert_eq!(
+                (inner.message, inner.depth, inner.start_ns, inner.end_ns),
+                ("inner", 1, 20, 30)
+            );
+            assert_eq!(current_region(), Some("outer"));
+            let (outer, level) = range_pop(7, 40).unwrap();
+            assert_eq!((outer.message, outer.depth, level), ("outer", 0, 0));
+            assert!(range_pop(7, 50).is_none());
+            assert_eq!(current_region(), None);
+            set_kernel_rename(false);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn process_ranges_pair_across_threads() {
+        let mut p = ProcessRanges::default();
+        p.start(RangeStartRecord {
+            range_id: 5,
+            correlation_id: 9,
+            thread_id: 1,
+            start_ns: 100,
+            message: "load",
+        });
+        assert!(p
+            .stop(&RangeStopRecord {
+                range_id: 6,
+                thread_id: 2,
+                end_ns: 150
+            })
+            .is_none());
+        let r = p
+            .stop(&RangeStopRecord {
+                range_id: 5,
+                thread_id: 2,
+                end_ns: 200,
+            })
+            .unwrap();
+        assert_eq!(
+            (r.thread_id, r.end_thread_id, r.start_ns, r.end_ns),
+            (1, 2, 100, 200)
+        );
+        assert_eq!(r.kind.operation(), "roctxProcessRangeA");
+        assert_eq!(p.unfinished(), 0);
+    }
+
+    #[test]
+    fn kernel_regions_cover_the_batch() {
+        let mut k = KernelRegions::default();
+        k.add(&KernelRegionRecord {
+            first_correlation_id: 10,
+            count: 3,
+            region: "r",
+        });
+        assert_eq!(k.take(12), Some("r"));
+        assert_eq!(k.take(12), None);
+        assert_eq!(k.take(13), None);
+        assert_eq!(k.take(10), Some("r"));
+    }
+}

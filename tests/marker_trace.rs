@@ -1,0 +1,371 @@
+//! `--marker-trace` and `--kernel-rename` end to end on the selected runtime
+//! (`RPROF_TEST_ROCM=5.2|6.1|6.4`): `tests/programs/roctx/marker_app.cpp`
+//! (HIP) linked to a ROCTx library with libroctx64's symbol version
+//! (`tests/programs/roctx/roctx_test_lib.c`, ours, built in the root), run
+//! under `rprof`, which preloads the tool library so its ROCTx functions
+//! come first. Exact counts of each marker and each (renamed) kernel in the
+//! CSV, JSON and Perfetto outputs; the app's ROCTx return values and every
+//! call reaching its own library; and the `HSA_TOOLS_LIB`-only load saying
+//! that capture is impossible.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use harness::artefacts::{build, build_cached, program, programs_dir};
+use harness::outputs::{check_pftrace, read_json};
+use harness::run::{clear_rprof_env, fresh_dir, run_with, HIP_RUN_TIMEOUT};
+use harness::Runtime;
+
+/// What marker_app prints about its ROCTx return values (the documented
+/// defaults: levels from 0, -1 for a pop with nothing open, range ids from 1).
+const LEVELS: &str =
+    "LEVELS push_outer=0 push_inner=1 pop_inner=1 pop_outer=0 pop_empty=-1 range_id=1";
+/// ROCTx calls the app makes (7 marks, 3 pushes, 4 pops, 1 start, 1 stop,
+/// 2 thread names): all must reach its own ROCTx library.
+const ROCTX_CALLS: &str = "ROCTX_CALLS 18";
+
+/// Markers the app records, by message.
+fn expected_markers() -> BTreeMap<String, u64> {
+    [
+        ("before-hip", 1),
+        ("tick", 5),
+        ("worker-mark", 1),
+        ("outer", 1),
+        ("inner", 1),
+        ("worker-range", 1),
+        ("cross-thread", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The test ROCTx library and the app linked to it.
+fn marker_app() -> &'static PathBuf {
+    static APP: OnceLock<PathBuf> = OnceLock::new();
+    APP.get_or_init(|| {
+        let src = programs_dir().join("roctx");
+        let (c, map) = (src.join("roctx_test_lib.c"), src.join("exportmap"));
+        let lib = build_cached("libroctx64.so.4", &[&c, &map], |out| {
+            let mut cmd = Runtime::selected().tool("gcc");
+            cmd.args(["-shared", "-fPIC", "-O1", "-Wl,-soname,libroctx64.so.4"])
+                .arg(format!("-Wl,--version-script={}", map.display()))
+                .arg(&c)
+                .arg("-o")
+                .arg(out);
+            cmd
+        });
+        // The loader looks for the soname: one directory holding it.
+        let mut dir = lib.clone().into_os_string();
+        dir.push(".d");
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let so = dir.join("libroctx64.so.4");
+        if !so.exists() {
+            // One copy per build hash, so a changed library gets a new directory.
+            std::fs::copy(&lib, &so).unwrap();
+        }
+        program(
+            "hipcc",
+            &src.join("marker_app.cpp"),
+            &[&c],
+            &["--offload-arch=gfx90a".into(), "-O1".into()],
+            &[
+                format!("-L{}", dir.display()).into(),
+                "-l:libroctx64.so.4".into(),
+                format!("-Wl,-rpath,{}", dir.display()).into(),
+            ],
+        )
+    })
+}
+
+/// Runs marker_app under `rprof --kernel-trace --marker-trace [extra]`.
+fn run_rprof(label: &str, extra: &[&str]) -> harness::Run {
+    run_rprof_with(label, &[&["--marker-trace"], extra].concat())
+}
+
+/// Runs marker_app under `rprof --kernel-trace [options]`; the app's ROCTx
+/// values and calls must be unchanged.
+fn run_rprof_with(label: &str, options: &[&str]) -> harness::Run {
+    let app = marker_app();
+    let b = build();
+    b.emulator();
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args([
+        "--kernel-trace",
+        "--output-format",
+        "pftrace,csv,json",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .args(options)
+    .arg("--")
+    .arg(app);
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert!(
+        run.stdout.contains(LEVELS),
+        "ROCTx return values changed:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(ROCTX_CALLS),
+        "calls not passed on:\n{}",
+        run.stdout
+    );
+    run
+}
+
+/// Count of each value of `column` in a CSV file.
+fn csv_counts(path: &std::path::Path, column: &str) -> BTreeMap<String, u64> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let idx = r
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == column)
+        .unwrap();
+    let mut m = BTreeMap::new();
+    for rec in r.records() {
+        *m.entry(rec.unwrap()[idx].to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Slices of the checked trace per name.
+fn slices_by_name(json: &serde_json::Value) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for s in json["slices"].as_array().unwrap() {
+        *m.entry(s["name"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+/// Kernel names in the kernel trace, with the `(int*)` suffix HIP may add
+/// removed.
+fn kernel_names(path: &std::path::Path) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for (k, v) in csv_counts(path, "Kernel_Name") {
+        *m.entry(k.split('(').next().unwrap().to_string())
+            .or_insert(0) += v;
+    }
+    m
+}
+
+fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[test]
+fn markers_in_every_output() {
+    let run = run_rprof("markers", &[]);
+    let csv = run.output("_marker_api_trace.csv");
+    assert_eq!(csv_counts(&csv, "Function"), expected_markers());
+    assert_eq!(
+        csv_counts(&csv, "Domain"),
+        counts(&[("MARKER_CORE_RANGE_API", 11)])
+    );
+    // Marks are instants; every range has a positive length; the cross-thread
+    // range belongs to the thread that started it (the main thread).
+    let mut r = csv::Reader::from_path(&csv).unwrap();
+    let mut main_tid = None;
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        let (name, pid, tid, start, end) = (
+            &rec[1],
+            rec[2].parse::<u64>().unwrap(),
+            rec[3].parse::<u64>().unwrap(),
+            rec[5].parse::<u64>().unwrap(),
+            rec[6].parse::<u64>().unwrap(),
+        );
+        let is_mark = matches!(name, "before-hip" | "tick" | "worker-mark");
+        assert_eq!(start == end, is_mark, "{name}: {start}..{end}");
+        if name == "cross-thread" || name == "outer" {
+            assert_eq!(tid, pid, "{name} is on the main thread");
+            main_tid = Some(tid);
+        }
+        if name == "worker-range" || name == "worker-mark" {
+            assert_ne!(tid, pid, "{name} is on the worker thread");
+        }
+    }
+    assert!(main_tid.is_some());
+    // Kernels keep their names without --kernel-rename.
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("k_inner", 3),
+            ("k_outer", 2),
+            ("k_plain", 1),
+            ("k_worker", 2)
+        ])
+    );
+
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    let mut by_operation = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+        *by_operation
+            .entry(m["operation"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(by_message, expected_markers());
+    assert_eq!(
+        by_operation,
+        counts(&[
+            ("roctxMarkA", 7),
+            ("roctxThreadRangeA", 3),
+            ("roctxProcessRangeA", 1)
+        ])
+    );
+
+    let trace = check_pftrace(&run.output(".pftrace"));
+    let slices = slices_by_name(&trace.json);
+    for (name, n) in expected_markers() {
+        assert_eq!(
+            slices.get(&name),
+            Some(&n),
+            "slices named {name}: {slices:?}"
+        );
+    }
+    // Thread names from roctxNameOsThread; the start/stop range on its track.
+    let tracks: Vec<String> = trace.json["tracks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(tracks.iter().any(|t| t == "main-thread"), "{tracks:?}");
+    assert!(tracks.iter().any(|t| t == "worker"), "{tracks:?}");
+    assert_eq!(
+        tracks.iter().filter(|t| *t == "ROCTx ranges").count(),
+        1,
+        "{tracks:?}"
+    );
+}
+
+#[test]
+fn kernel_rename_names_kernels_after_their_innermost_range() {
+    let run = run_rprof("rename", &["--kernel-rename", "--stats"]);
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
+    let json = read_json(&run.output("_results.json"));
+    let mut names = BTreeMap::new();
+    for d in json["kernel_dispatches"].as_array().unwrap() {
+        let n = d["kernel_name"].as_str().unwrap();
+        *names
+            .entry(n.split('(').next().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(
+        names,
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
+    // Perfetto: each range's slice plus its kernels; the kernel table keeps
+    // the kernels' own names (one instant each).
+    let trace = check_pftrace(&run.output(".pftrace"));
+    let slices = slices_by_name(&trace.json);
+    assert_eq!(slices.get("inner"), Some(&(1 + 3)), "{slices:?}");
+    assert_eq!(slices.get("outer"), Some(&(1 + 2)), "{slices:?}");
+    assert_eq!(slices.get("worker-range"), Some(&(1 + 2)), "{slices:?}");
+    assert_eq!(trace.kernel_slice_total, 8);
+    // --stats: kernels by their (renamed) names, markers by message.
+    let calls = |path: &std::path::Path| -> BTreeMap<String, u64> {
+        let mut r =
+            csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        r.records()
+            .map(|rec| {
+                let rec = rec.unwrap();
+                (
+                    rec[0].split('(').next().unwrap().to_string(),
+                    rec[1].parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        calls(&run.output("_kernel_stats.csv")),
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
+    assert_eq!(
+        calls(&run.output("_marker_api_stats.csv")),
+        expected_markers()
+    );
+}
+
+#[test]
+fn hsa_tools_lib_alone_says_capture_is_impossible() {
+    let app = marker_app();
+    let b = build();
+    let dir = fresh_dir("tools-lib-only");
+    let emulator = b.emulator();
+    let mut cmd = Runtime::selected().command(app, &emulator.loader_env);
+    clear_rprof_env(&mut cmd);
+    cmd.env("HSA_TOOLS_LIB", &b.tool)
+        .env("RPROF_KERNEL_TRACE", "1")
+        .env("RPROF_MARKER_TRACE", "1")
+        .env("RPROF_OUTPUT_DIR", &dir)
+        .env("RPROF_OUTPUT_NAME", "run")
+        .env("RPROF_OUTPUT_FORMAT", "csv");
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
+    assert!(run.stdout.contains(ROCTX_CALLS), "{}", run.stdout);
+    let said = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ROCTx calls cannot be captured"))
+        .count();
+    assert_eq!(said, 1, "stderr:\n{}", run.stderr);
+    assert!(!run.output("_marker_api_trace.csv").exists());
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv"))
+            .values()
+            .sum::<u64>(),
+        8
+    );
+}
+
+#[test]
+fn kernel_rename_alone_renames_without_recording_markers() {
+    let run = run_rprof_with("rename-only", &["--kernel-rename"]);
+    assert!(!run.output("_marker_api_trace.csv").exists());
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("inner", 3),
+            ("outer", 2),
+            ("k_plain", 1),
+            ("worker-range", 2)
+        ])
+    );
+    let json = read_json(&run.output("_results.json"));
+    assert_eq!(json["marker_api"].as_array().unwrap().len(), 0);
+}
