@@ -9,13 +9,15 @@
 //!
 //! Call order: [`RecordSink::start`] once, then any interleaving of
 //! [`RecordSink::intercept`], [`RecordSink::dispatch`] and
-//! [`RecordSink::rpc_wake`], then
+//! [`RecordSink::rpc_wake`], [`RecordSink::memory_copy`], then
 //! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
 //! arrives when it completes, after the intercept record of its batch.
 
 use std::io;
 
-use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::record::{
+    AgentInfo, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo, RunMetadata,
+};
 use crate::rpc::RpcWakeRecord;
 
 /// Names of a dispatch's kernel, resolved by the writer from the kernel
@@ -41,6 +43,12 @@ pub trait RecordSink {
     /// One RPC doorbell wake (`--rpc-trace`). Sinks without an RPC view
     /// ignore it.
     fn rpc_wake(&mut self, rec: &RpcWakeRecord) -> io::Result<()> {
+        let _ = rec;
+        Ok(())
+    }
+    /// One finished asynchronous memory copy (`--memory-copy-trace`).
+    /// Sinks without a copy view ignore it.
+    fn memory_copy(&mut self, rec: &MemoryCopyRecord) -> io::Result<()> {
         let _ = rec;
         Ok(())
     }

@@ -138,6 +138,7 @@ fn agents() -> Vec<AgentInfo> {
             product_name: "MI210".into(),
             handle: 0x1000,
             compute_units: 104,
+            cpu: false,
         },
         AgentInfo {
             index: 1,
@@ -145,6 +146,7 @@ fn agents() -> Vec<AgentInfo> {
             product_name: "MI300X".into(),
             handle: 0x2000,
             compute_units: 304,
+            cpu: false,
         },
     ]
 }

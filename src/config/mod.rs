@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `RPROF_KERNEL_TRACE` | record kernel dispatches | off |
 //! | `RPROF_RPC_TRACE` | trace RPC doorbell waits | off |
+//! | `RPROF_MEMORY_COPY_TRACE` | record asynchronous memory copies | off |
 //! | `RPROF_SERIALIZE_KERNELS` | one kernel at a time per GPU | off |
 //! | `RPROF_STATS` | per-kernel statistics at exit | off |
 //! | `RPROF_TRUNCATE_KERNELS` | keep only the base name of kernels | off |
@@ -138,6 +139,8 @@ pub struct TraceConfig {
     pub kernel_exclude: Option<Regex>,
     /// The measurement and tuning knobs.
     pub tuning: Tuning,
+    /// Record asynchronous memory copies (`--memory-copy-trace`).
+    pub memory_copy_trace: bool,
 }
 
 /// A configuration value that rprof cannot use. The message names the
@@ -289,6 +292,7 @@ impl TraceConfig {
     ) -> Result<Option<TraceConfig>, ConfigError> {
         let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")?;
         let rpc_trace = parse_bool(env, "RPROF_RPC_TRACE")?;
+        let memory_copy_trace = parse_bool(env, "RPROF_MEMORY_COPY_TRACE")?;
         let serialize_kernels = parse_bool(env, "RPROF_SERIALIZE_KERNELS")?;
         let stats = parse_bool(env, "RPROF_STATS")?;
         let truncate_kernels = parse_bool(env, "RPROF_TRUNCATE_KERNELS")?;
@@ -309,7 +313,7 @@ impl TraceConfig {
             .unwrap_or_else(|| "%hostname%/%pid%".into());
         let output_name = expand_output_name(&pattern, facts, env)?;
         let tuning = Tuning::from_source(env)?;
-        if !(kernel_trace || rpc_trace || serialize_kernels || stats) {
+        if !(kernel_trace || rpc_trace || serialize_kernels || stats || memory_copy_trace) {
             return Ok(None);
         }
         Ok(Some(TraceConfig {
@@ -326,6 +330,7 @@ impl TraceConfig {
             kernel_include,
             kernel_exclude,
             tuning,
+            memory_copy_trace,
         }))
     }
 

@@ -93,6 +93,7 @@ struct Tally {
     intercept_calls: u64,
     intercept_ns: u64,
     rpc_wakes: u64,
+    memory_copies: u64,
 }
 
 /// Most records taken off the queue between two flush checks.
@@ -141,6 +142,7 @@ impl<S: DispatchSignal> Engine<S> {
         metadata.dispatches = tally.dispatches;
         metadata.filtered_out = tally.filtered_out;
         metadata.rpc_wakes = tally.rpc_wakes;
+        metadata.memory_copies = tally.memory_copies;
         sinks.each("finish", |s| s.finish(&metadata));
         WriterOutcome {
             metadata,
@@ -189,6 +191,10 @@ fn write_record(
         Record::RpcWake(w) => {
             tally.rpc_wakes += 1;
             sinks.each("rpc_wake", |s| s.rpc_wake(&w));
+        }
+        Record::MemoryCopy(c) => {
+            tally.memory_copies += 1;
+            sinks.each("memory_copy", |s| s.memory_copy(&c));
         }
         Record::Dispatch(d) => names.with_kernel(d.kernel_object, &mut |k, keep| {
             if !keep {

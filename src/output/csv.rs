@@ -1,7 +1,10 @@
 //! `NAME_kernel_trace.csv`: one row per kernel dispatch, with rocprofv3's
 //! column names where they exist, so existing scripts keep working; and,
 //! with `--rpc-trace`, `NAME_rpc_trace.csv`: one row per RPC doorbell wake
-//! (created on the first wake, so runs without RPC traffic get no file).
+//! (created on the first wake, so runs without RPC traffic get no file);
+//! and, with `--memory-copy-trace`, `NAME_memory_copy_trace.csv`: one row
+//! per async memory copy, rocprofv3's columns plus `Bytes` (created on the
+//! first copy).
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -49,12 +52,38 @@ pub const RPC_TRACE_COLUMNS: [&str; 12] = [
     "Wake_Latency_Ns",
 ];
 
-/// Streams kernel dispatches (and RPC wakes) to CSV files.
+/// The header row of `NAME_memory_copy_trace.csv`: rocprofv3's columns,
+/// then `Bytes`.
+pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
+    "Kind",
+    "Direction",
+    "Stream_Id",
+    "Source_Agent_Id",
+    "Destination_Agent_Id",
+    "Correlation_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "Bytes",
+];
+
+/// Streams kernel dispatches (and RPC wakes, memory copies) to CSV files.
 #[derive(Debug)]
 pub struct CsvSink {
     out: csv::Writer<BufWriter<File>>,
     rpc_path: std::path::PathBuf,
     rpc: Option<csv::Writer<BufWriter<File>>>,
+    copies_path: std::path::PathBuf,
+    copies: Option<csv::Writer<BufWriter<File>>>,
+}
+
+/// `X_kernel_trace.csv` → `X_memory_copy_trace.csv` (other names get
+/// `.memory_copy.csv`).
+pub fn memory_copy_trace_path(kernel_trace: &Path) -> std::path::PathBuf {
+    let s = kernel_trace.to_string_lossy();
+    match s.strip_suffix("_kernel_trace.csv") {
+        Some(stem) => format!("{stem}_memory_copy_trace.csv").into(),
+        None => format!("{s}.memory_copy.csv").into(),
+    }
 }
 
 /// `X_kernel_trace.csv` → `X_rpc_trace.csv` (other names get `.rpc.csv`).
@@ -79,6 +108,8 @@ impl CsvSink {
             out: csv::Writer::from_writer(file),
             rpc_path: rpc_trace_path(path),
             rpc: None,
+            copies_path: memory_copy_trace_path(path),
+            copies: None,
         })
     }
 }
@@ -152,8 +183,37 @@ impl RecordSink for CsvSink {
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
+    fn memory_copy(&mut self, r: &crate::record::MemoryCopyRecord) -> io::Result<()> {
+        if self.copies.is_none() {
+            let file = BufWriter::new(super::files::create_new(&self.copies_path)?);
+            let mut w = csv::Writer::from_writer(file);
+            w.write_record(MEMORY_COPY_TRACE_COLUMNS).map_err(to_io)?;
+            self.copies = Some(w);
+        }
+        let Some(w) = self.copies.as_mut() else {
+            return Ok(());
+        };
+        let mut b = itoa::Buffer::new();
+        let mut field = |w: &mut csv::Writer<_>, v: u64| w.write_field(b.format(v)).map_err(to_io);
+        w.write_field("MEMORY_COPY").map_err(to_io)?;
+        w.write_field(r.direction.name()).map_err(to_io)?;
+        field(w, 0)?;
+        w.write_field(format!("Agent {}", r.src_agent))
+            .map_err(to_io)?;
+        w.write_field(format!("Agent {}", r.dst_agent))
+            .map_err(to_io)?;
+        field(w, r.correlation_id)?;
+        field(w, r.start_ns)?;
+        field(w, r.end_ns)?;
+        field(w, r.bytes)?;
+        w.write_record(None::<&[u8]>).map_err(to_io)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         if let Some(w) = self.rpc.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.copies.as_mut() {
             w.flush()?;
         }
         self.out.flush()

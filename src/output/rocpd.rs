@@ -832,6 +832,7 @@ mod tests {
                 product_name: "Emulated MI210".into(),
                 handle: 0x1000,
                 compute_units: 104,
+                cpu: false,
             },
             AgentInfo {
                 index: 1,
@@ -839,6 +840,7 @@ mod tests {
                 product_name: "Emulated RX 6800".into(),
                 handle: 0x2000,
                 compute_units: 60,
+                cpu: false,
             },
         ]
     }

@@ -63,6 +63,11 @@ pub struct TraceArgs {
     /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).
     #[arg(long)]
     pub rpc_trace: bool,
+    /// Record asynchronous memory copies (hsa_amd_memory_async_copy*, as
+    /// hipMemcpy issues them): NAME_memory_copy_trace.csv and the other
+    /// formats.
+    #[arg(long)]
+    pub memory_copy_trace: bool,
     /// Run one kernel at a time per GPU (no overlap; slower).
     #[arg(long)]
     pub serialize_kernels: bool,
@@ -140,6 +145,7 @@ impl LaunchPlan {
         };
         flag(&mut env, t.kernel_trace, "RPROF_KERNEL_TRACE");
         flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
+        flag(&mut env, t.memory_copy_trace, "RPROF_MEMORY_COPY_TRACE");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
@@ -158,7 +164,8 @@ impl LaunchPlan {
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
-        let tracing = t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats;
+        let tracing =
+            t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats || t.memory_copy_trace;
         let emulated = match t.device {
             Device::Emulated => true,
             Device::Native => false,
