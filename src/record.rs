@@ -186,6 +186,8 @@ pub struct MemoryCopyRecord {
     pub bytes: u64,
     /// Entry into the copy call.
     pub enqueue_ns: u64,
+    /// Return from the copy call (the host side of the copy).
+    pub call_end_ns: u64,
     /// Start of the copy on its engine.
     pub start_ns: u64,
     /// End of the copy on its engine.

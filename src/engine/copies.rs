@@ -85,6 +85,7 @@ impl<S: DispatchSignal> Engine<S> {
         // flush waits for it.
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let status = call(handle);
+        record.call_end_ns = boottime_ns();
         if !ok(&status) {
             // The runtime refused the copy: it never touches the signal.
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
