@@ -7,6 +7,7 @@
 //                       `_on_engine` where the headers have it; `rect` adds two rectangular copies (SDMA only)
 //   copies exit N       N copies held back by a dependency signal that a thread releases 300 ms after main has
 //                       called exit(): the copies are in flight when the process exits
+//   copies stuck N      the same, never released: the copies never finish
 #define HSA_TEST_PROGRAM "copies"
 #include "hsa_test_util.h"
 
@@ -184,8 +185,8 @@ static int mix(bool rect) {
   return 0;
 }
 
-// N copies gated on a dependency signal, released by a thread 300 ms after main calls exit().
-static int exit_in_flight(int n) {
+// N copies gated on a dependency signal, released by a thread 300 ms after main calls exit() (or never).
+static int exit_in_flight(int n, bool release) {
   unsigned char* host = (unsigned char*)alloc(g_host_pool, 4096);
   unsigned char* dev = (unsigned char*)alloc(g_device_pool, 4096 * n);
   hsa_signal_t gate = make_signal(1);
@@ -195,10 +196,11 @@ static int exit_in_flight(int n) {
   printf("COPIED direction=MEMORY_COPY_HOST_TO_DEVICE count=%d bytes=4096\n", n);
   printf("done=1\n");
   fflush(stdout);
-  std::thread([gate] {
-    usleep(300000);
-    hsa_signal_store_screlease(gate, 0);
-  }).detach();
+  if (release)
+    std::thread([gate] {
+      usleep(300000);
+      hsa_signal_store_screlease(gate, 0);
+    }).detach();
   exit(0);
 }
 
@@ -220,8 +222,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rc;
-  if (!strcmp(argv[1], "exit")) {
-    rc = exit_in_flight(argc > 2 ? atoi(argv[2]) : 4);
+  if (!strcmp(argv[1], "exit") || !strcmp(argv[1], "stuck")) {
+    rc = exit_in_flight(argc > 2 ? atoi(argv[2]) : 4, !strcmp(argv[1], "exit"));
   } else {
     rc = mix(argc > 2 && !strcmp(argv[2], "rect"));
   }
