@@ -50,6 +50,13 @@
 //!   ([`QueueContext`], [`InFlight`], [`SerialGate`]);
 //! - `completion`: the completion thread; `writer`: the writer thread and
 //!   the sinks' failure bookkeeping; [`ids`]: ids, thread id, clock.
+//! - `copies`: asynchronous memory copies (`--memory-copy-trace`):
+//!   [`Engine::trace_copy`] on the app's thread (a pooled signal in place of
+//!   the app's completion signal, an id from the same allocator), and the
+//!   completion thread's copy pass, which reads the copy's times
+//!   ([`CompletionBackend::copy_time`]), decrements the app's signal once
+//!   ([`CompletionBackend::forward`]) and hands a
+//!   [`MemoryCopyRecord`](crate::record::MemoryCopyRecord) to the writer.
 //! - This file: the shared [`Engine`] state, its options and its lifecycle
 //!   (shutdown, fork, failed threads).
 //!
