@@ -5,7 +5,8 @@
 //! on application threads, read by the writer thread for every record. Names
 //! are demangled (and truncated if asked) once, at insertion, and the
 //! include/exclude decision is cached with them, so the per-record cost is one
-//! concurrent hash-map lookup.
+//! concurrent hash-map lookup. It must not touch the runtime (symbols reach it
+//! as names and addresses) nor format outputs (the sinks do).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

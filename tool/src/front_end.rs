@@ -7,6 +7,7 @@
 //! library ([`FrontEnd::KfdPreload`], `librprof_emu_kfd.so` in
 //! `LD_PRELOAD`). [`needed_by_runtime`] finds the runtime the application's
 //! loader will find and reads its `DT_NEEDED` entries to tell which.
+//! It only reads files: it must not load the runtime or start the emulator.
 
 use std::ffi::OsStr;
 use std::fs::File;

@@ -1,4 +1,5 @@
-//! Where `rprof` finds its own libraries, and why it may load them.
+//! Where `rprof` finds its own libraries, and why it may load them. It must not
+//! find libraries anywhere else (no search path, no current directory).
 //!
 //! Two layouts:
 //! - installed (`scripts/install.sh PREFIX`): `PREFIX/bin/rprof` with

@@ -5,7 +5,8 @@
 //! at the flush each traced process writes one line per output file to it
 //! (`done\tPATH` or `incomplete\tPATH\tREASON`), and the command prints
 //! "wrote PATH" only for files reported done. Without the variable (the
-//! library loaded by hand) incomplete files are named on stderr.
+//! library loaded by hand) incomplete files are named on stderr. It must not
+//! decide whether a file is finished: the writer's outcome says so.
 //!
 //! # Safety
 //! Writing to the inherited descriptor is a `write(2)` on a number taken

@@ -8,7 +8,8 @@
 //! two fields of the signal's `amd_signal_t` (value, event mailbox), the
 //! clock, and a thread-local state machine; they allocate nothing and take
 //! no lock. Finished wakes go to the writer through the engine's lock-free
-//! record queue.
+//! record queue. It must never call the runtime's wait twice for one app call,
+//! nor change what the wait returns.
 //!
 //! On the emulated GPU the device-side ring time of the wake is read with
 //! `rprof_emu_signal_interrupt_before` (looked up with `dlsym`); real

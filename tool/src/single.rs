@@ -4,7 +4,7 @@
 //! exports [`rprof_tool_tracing`]; at `OnLoad` a copy looks through the
 //! loaded objects for another one whose export says it traces, and stays
 //! inactive if it finds one. ROCr calls the tools' `OnLoad`s one after the
-//! other, so the first copy wins.
+//! other, so the first copy wins. It must not unload or modify the other copy.
 //!
 //! # Safety
 //! `dl_iterate_phdr` gives each loaded object's name to a callback; the

@@ -1,6 +1,6 @@
 //! rprof-emu-thunk: the emulated GPU's front-end for runtimes that load the thunk as a shared library
 //! (ROCr 5.2.3 and 6.1.2), built as `libhsakmt.so` with SONAME `libhsakmt.so.1`. The device itself is
-//! [`rprof_emu`]; this crate only translates.
+//! [`rprof_emu`]; this crate only translates: it must not hold device state of its own.
 //!
 //! The exported `hsaKmt*` functions, with `hsakmt.h`'s C signatures, all versioned `HSAKMT_1`: the 42 that ROCr
 //! 5.2.3 imports, plus the 16 that ROCr 6.1.2 adds (it drops three of the 42, which stay for 5.2.3): the `_Ext`

@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 
 use hsa_sys::hsa_queue_t;
 use rprof_core::engine::{join_within, WriterOutcome};
+use rprof_core::wait::{poll_until, Pace};
 
 use super::{lock, Session};
 
 /// How long the flush waits for dispatches still on the device.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How teardown polls what it waits for: 200 µs naps (the app is exiting; no hurry to the microsecond).
+const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(200));
 /// How long the flush waits for the completion thread to stop (or, at
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);
@@ -78,9 +81,9 @@ impl Session {
     /// until each traced queue's proxy ring has delivered them.
     fn wait_for_undelivered_packets(&self, t0: Instant) {
         let snapshot = self.write_indices();
-        while self.undelivered_packets(&snapshot) && t0.elapsed() < FLUSH_TIMEOUT {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        poll_until(t0 + FLUSH_TIMEOUT, TEARDOWN_PACE, || {
+            !self.undelivered_packets(&snapshot)
+        });
     }
 
     /// The write index of every traced queue now: the packets the app has
@@ -127,10 +130,9 @@ impl Session {
             // The completion thread keeps recycling for the app's
             // remaining launches; wait only until it has settled the
             // recorded dispatches.
-            let t = Instant::now();
-            while !self.engine.records_closed() && t.elapsed() < COMPLETION_JOIN {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+            poll_until(Instant::now() + COMPLETION_JOIN, TEARDOWN_PACE, || {
+                self.engine.records_closed()
+            });
             *lock(&self.guard_thread) = Some(completion);
         } else if join_within(completion, COMPLETION_JOIN).is_none() {
             eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");

@@ -21,6 +21,7 @@ use hsa_sys::{
 };
 use rprof_core::config::TraceConfig;
 use rprof_core::engine::QueueContext;
+use rprof_core::wait::{poll_until, Pace};
 
 use super::interceptor::{interceptor, QueueState};
 use super::{guarded, kernel_symbols, lock, session, Session};
@@ -242,10 +243,11 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
             // Let the queue's traced kernels finish before the queue goes away,
             // so none of them is lost (bounded: an app may destroy a queue with
             // work that never ends).
-            let t0 = Instant::now();
-            while ctx.in_flight() > 0 && t0.elapsed() < QUEUE_DRAIN_TIMEOUT {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            poll_until(
+                Instant::now() + QUEUE_DRAIN_TIMEOUT,
+                Pace::naps(Duration::from_micros(100)),
+                || ctx.in_flight() == 0,
+            );
             Some(raw)
         },
     );

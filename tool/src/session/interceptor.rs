@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use hsa_sys::hsa_queue_t;
 use rprof_core::engine::{hardware_ring_takes, hardware_slots, QueueContext, RawPacket};
+use rprof_core::wait::{Pace, Wait};
 
 use super::{session, Session};
 
@@ -23,6 +24,9 @@ use super::{session, Session};
 /// makes no progress at all (a head packet blocked on the host), before it
 /// lets the runtime defer it.
 const HARDWARE_ROOM_STALL: Duration = Duration::from_secs(1);
+/// How the wait for hardware-ring room paces itself: 64 yields (the ring usually
+/// drains within microseconds), then 50 µs naps.
+const ROOM_PACE: Pace = Pace::new(64, Duration::from_micros(50));
 
 /// What the interceptor gets as its `data` pointer.
 #[derive(Debug)]
@@ -93,24 +97,17 @@ impl Session {
         if hardware_ring_takes(size, last_read, w, needed) {
             return;
         }
-        let mut progress = Instant::now();
-        let mut rounds = 0u32;
-        loop {
-            if rounds < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            rounds += 1;
+        // Bounded by progress: the wait ends once the ring has not moved for
+        // HARDWARE_ROOM_STALL.
+        let mut wait = Wait::with_timeout(HARDWARE_ROOM_STALL, ROOM_PACE);
+        while wait.pause() {
             let (r, w) = indices();
             if hardware_ring_takes(size, r, w, needed) {
                 return;
             }
             if r != last_read {
                 last_read = r;
-                progress = Instant::now();
-            } else if progress.elapsed() >= HARDWARE_ROOM_STALL {
-                return;
+                wait.renew(Instant::now() + HARDWARE_ROOM_STALL);
             }
         }
     }
