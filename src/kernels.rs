@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use regex::Regex;
 
 use crate::config::TraceConfig;
-use crate::sink::KernelInfo;
+use crate::sink::{KernelInfo, KernelResourceCounts};
 
 /// One known kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct KernelEntry {
     pub display_name: String,
     /// Whether the include/exclude filters keep this kernel.
     pub keep: bool,
+    /// Registers and static memory from the code object's metadata.
+    pub resources: Option<KernelResourceCounts>,
 }
 
 impl KernelEntry {
@@ -37,6 +39,7 @@ impl KernelEntry {
             kernel_id: self.kernel_id,
             display_name: &self.display_name,
             symbol_name: &self.symbol_name,
+            resources: self.resources,
         }
     }
 }
@@ -93,6 +96,17 @@ impl KernelTable {
     /// object replaces its entry (code objects can be unloaded and their
     /// memory reused).
     pub fn insert(&self, kernel_object: u64, symbol_name: &str) -> Arc<KernelEntry> {
+        self.insert_with_resources(kernel_object, symbol_name, None)
+    }
+
+    /// As [`KernelTable::insert`], with the kernel's resources from its code
+    /// object's metadata.
+    pub fn insert_with_resources(
+        &self,
+        kernel_object: u64,
+        symbol_name: &str,
+        resources: Option<KernelResourceCounts>,
+    ) -> Arc<KernelEntry> {
         let symbol = symbol_name.strip_suffix(".kd").unwrap_or(symbol_name);
         let kernel_id = *self
             .ids_by_symbol
@@ -109,6 +123,7 @@ impl KernelTable {
             symbol_name: symbol.to_string(),
             display_name,
             keep,
+            resources,
         });
         self.by_object.insert(kernel_object, Arc::clone(&entry));
         entry

@@ -30,6 +30,37 @@ pub struct KernelInfo<'a> {
     pub display_name: &'a str,
     /// The symbol name as found in the code object (mangled).
     pub symbol_name: &'a str,
+    /// What the compiler recorded for the kernel in its code object's
+    /// metadata (`None`: not read, e.g. a code object without metadata or a
+    /// kernel the loader never reported).
+    pub resources: Option<KernelResourceCounts>,
+}
+
+/// A kernel's register and static memory use, from its code object's
+/// metadata (`rprof_core::code_object`). rocprofv3 reports these per
+/// dispatch (`VGPR_Count`, `Accum_VGPR_Count`, `SGPR_Count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelResourceCounts {
+    /// Scalar registers (`.sgpr_count`).
+    pub sgpr_count: u32,
+    /// Architected vector registers (`.vgpr_count`).
+    pub arch_vgpr_count: u32,
+    /// Accumulation vector registers (`.agpr_count`; 0 where the target has none).
+    pub accum_vgpr_count: u32,
+    /// Static LDS per work-group in bytes (`.group_segment_fixed_size`).
+    pub group_segment_fixed_size: u32,
+    /// Static scratch per work-item in bytes (`.private_segment_fixed_size`).
+    pub private_segment_fixed_size: u32,
+}
+
+/// The LDS allocation granule rocprofv3 rounds `LDS_Block_Size` up to (bytes).
+pub const LDS_BLOCK_GRANULE: u64 = 512;
+
+/// `LDS_Block_Size` of a dispatch: its group segment size (static plus
+/// dynamic LDS per work-group, as the dispatch packet gives it) rounded up
+/// to [`LDS_BLOCK_GRANULE`]; 0 stays 0.
+pub fn lds_block_size(group_segment_size: u32) -> u64 {
+    u64::from(group_segment_size).div_ceil(LDS_BLOCK_GRANULE) * LDS_BLOCK_GRANULE
 }
 
 /// A consumer of trace records. See the module docs for the call order.

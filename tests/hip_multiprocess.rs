@@ -13,7 +13,8 @@ use std::process::Command;
 use harness::artefacts::{hip_program, rprof, run_checked};
 use harness::hip::run_traced;
 use harness::outputs::{
-    check_outputs, check_pftrace, output_files, parse_launched, single_report, ProcessReport,
+    check_outputs, check_pftrace, check_rocpd_against_csv, output_files, parse_launched, read_csv,
+    single_report, ProcessReport,
 };
 
 fn outputs(stem: &str) -> Vec<String> {
@@ -190,5 +191,139 @@ fn two_runs_by_pid_merge() {
     assert_eq!(
         s.kernel_flows_by_pid,
         BTreeMap::from([(u64::from(ra.pid), na), (u64::from(rb.pid), nb)])
+    );
+}
+
+/// `multiproc 2 N` with `--output-format csv,rocpd`: one database per
+/// child, each answering with its CSV's numbers; the two ATTACHed into one
+/// SQLite connection (docs/trace-format.md) answer per process; and
+/// `rprof merge` of the databases gives one database whose views answer
+/// with both CSVs' numbers, per pid.
+#[test]
+fn multiproc_databases_attach_and_merge() {
+    let prog = hip_program("multiproc");
+    let run = harness::hip::run_traced_formats(
+        "multiproc_rocpd",
+        "csv,rocpd",
+        &["-o", "mp_rank%rank%_%pid%"],
+        &prog,
+        &["2", "40"],
+        &[],
+    );
+    run.assert_success();
+    let reports = parse_launched(&run.stdout);
+    assert_eq!(reports.len(), 2, "{}", run.stdout);
+    let mut expected_files = Vec::new();
+    let mut dbs = Vec::new();
+    let mut per_pid: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut per_name: BTreeMap<String, i64> = BTreeMap::new();
+    for r in reports.values() {
+        let stem = format!("mp_rank{}_{}", r.rank.unwrap(), r.pid);
+        let rows = read_csv(&run.dir.join(format!("{stem}_kernel_trace.csv")));
+        let program_rows = rows
+            .iter()
+            .filter(|x| !x.kernel_name.starts_with("__amd_rocclr_"))
+            .count() as u64;
+        assert_eq!(program_rows, r.total, "rank {:?}", r.rank);
+        let db = run.dir.join(format!("{stem}_results.db"));
+        check_rocpd_against_csv(&db, &rows);
+        per_pid.insert(i64::from(r.pid), rows.len() as i64);
+        for x in &rows {
+            *per_name.entry(x.kernel_name.clone()).or_default() += 1;
+        }
+        expected_files.push(format!("{stem}_kernel_trace.csv"));
+        expected_files.push(format!("{stem}_results.db"));
+        dbs.push(db);
+    }
+    expected_files.sort();
+    assert_eq!(
+        output_files(&run.dir),
+        expected_files,
+        "one database per child"
+    );
+
+    // Queried together with ATTACH, as docs/trace-format.md shows.
+    let c = rusqlite::Connection::open_in_memory().unwrap();
+    c.execute("ATTACH DATABASE ?1 AS r0", [dbs[0].to_str().unwrap()])
+        .unwrap();
+    c.execute("ATTACH DATABASE ?1 AS r1", [dbs[1].to_str().unwrap()])
+        .unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT pid, COUNT(*) FROM (SELECT pid FROM r0.kernels UNION ALL \
+             SELECT pid FROM r1.kernels) GROUP BY pid ORDER BY pid",
+        )
+        .unwrap();
+    let attached: BTreeMap<i64, i64> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        attached, per_pid,
+        "kernels per pid over the ATTACHed databases"
+    );
+
+    // rprof merge of the databases.
+    let merged = run.dir.join("all.db");
+    run_checked(
+        Command::new(rprof())
+            .arg("merge")
+            .args(&dbs)
+            .arg("-o")
+            .arg(&merged),
+        "rprof merge (databases)",
+    );
+    let m = rusqlite::Connection::open(&merged).unwrap();
+    let mut st = m
+        .prepare("SELECT pid, COUNT(*) FROM kernels GROUP BY pid ORDER BY pid")
+        .unwrap();
+    let merged_per_pid: BTreeMap<i64, i64> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        merged_per_pid, per_pid,
+        "kernels per pid in the merged database"
+    );
+    let mut st = m
+        .prepare("SELECT name, total_calls FROM top_kernels")
+        .unwrap();
+    let top: BTreeMap<String, i64> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        top, per_name,
+        "top_kernels of the merged database vs both CSVs"
+    );
+    for (name, n) in &per_name {
+        let k: i64 = m
+            .query_row(
+                "SELECT COUNT(*) FROM kernels WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            k, *n,
+            "kernels where name = {name:?} in the merged database"
+        );
+    }
+    // A database merged with a merge that already holds it is refused
+    // (its tables would be there twice).
+    let mix = Command::new(rprof())
+        .arg("merge")
+        .arg(&dbs[0])
+        .arg(&merged)
+        .arg("-o")
+        .arg(run.dir.join("again.db"))
+        .output()
+        .unwrap();
+    assert!(
+        !mix.status.success(),
+        "merging a database with its own merge"
     );
 }

@@ -371,3 +371,74 @@ fn serialized_graphs_and_streams_never_overlap() {
         summary(label, &run, &facts);
     }
 }
+
+/// With `--truncate-kernels`, `thread_work<0..3>` (four kernels, four
+/// kernel ids) all show as `thread_work`: counting by that name in every
+/// output gives exactly their dispatches together — CSV rows, JSON records,
+/// Perfetto slices on every track (the `kernels` track's instants are
+/// named `kernel symbol`, one per kernel id), rocpd's `kernels` and
+/// `top_kernels`.
+#[test]
+fn truncated_names_count_exactly_in_every_output() {
+    use harness::outputs::{check_pftrace, check_rocpd_against_csv, read_csv, read_json};
+    let prog = hip_program("threads");
+    let run = harness::hip::run_traced_formats(
+        "threads_truncated",
+        "pftrace,csv,json,rocpd",
+        &["-o", "t", "-T"],
+        &prog,
+        &["4", "25"],
+        &[],
+    );
+    run.assert_success();
+    let report = single_report(&run);
+    let templated: u64 = report
+        .kernels
+        .iter()
+        .filter(|(name, _)| name.contains("thread_work<"))
+        .map(|(_, k)| k.count)
+        .sum();
+    assert_eq!(templated, 100, "program report: {:?}", report.kernels);
+    let rows = read_csv(&run.dir.join("t_kernel_trace.csv"));
+    let mut per_name: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ids_of_work = std::collections::BTreeSet::new();
+    for r in &rows {
+        *per_name.entry(r.kernel_name.clone()).or_default() += 1;
+        if r.kernel_name == "thread_work" {
+            ids_of_work.insert(r.kernel_id);
+        }
+    }
+    assert_eq!(
+        per_name.get("thread_work"),
+        Some(&templated),
+        "{per_name:?}"
+    );
+    assert_eq!(
+        ids_of_work.len(),
+        4,
+        "four kernels behind one truncated name"
+    );
+    let json = read_json(&run.dir.join("t_results.json"));
+    let in_json = json["kernel_dispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kernel_name"] == "thread_work")
+        .count() as u64;
+    assert_eq!(in_json, templated, "JSON records named thread_work");
+    let p = check_pftrace(&run.dir.join("t.pftrace"));
+    for (name, n) in &per_name {
+        assert_eq!(p.slices_by_name.get(name), Some(n), "slices named {name:?}");
+    }
+    assert_eq!(
+        p.slices_by_name.get("kernel symbol").copied(),
+        Some(
+            rows.iter()
+                .map(|r| r.kernel_id)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len() as u64
+        ),
+        "one kernel symbol instant per kernel id"
+    );
+    check_rocpd_against_csv(&run.dir.join("t_results.db"), &rows);
+}

@@ -3,9 +3,9 @@
 //! the runtime has, every direction, a signal shared by four copies, a
 //! zero-handle signal, rectangles on the SDMA engine, copies in flight at
 //! exit) and the HIP program `hip-tests/memcpy_mix.cpp`, under the `rprof`
-//! command. Every count is exact and the same in the CSV, the JSON and the
-//! Perfetto trace (slices by name); the app's completion signals complete
-//! exactly as without rprof.
+//! command. Every count is exact and the same in the CSV, the JSON, the
+//! Perfetto trace (slices by name) and the rocpd `memory_copies` view; the
+//! app's completion signals complete exactly as without rprof.
 
 mod harness;
 
@@ -92,7 +92,7 @@ fn traced(label: &str, program: &PathBuf, args: &[&str], env: &[(&str, &str)]) -
         "-o",
         "run",
         "--output-format",
-        "csv,json,pftrace",
+        "csv,json,pftrace,rocpd",
         "-d",
     ])
     .arg(&dir)
@@ -123,6 +123,8 @@ struct Copies {
     flows_to_copies: u64,
     /// The copies' correlation ids.
     ids: std::collections::BTreeSet<u64>,
+    /// `(name, size) -> rows` of the rocpd `memory_copies` view.
+    rocpd: BTreeMap<(String, u64), u64>,
 }
 
 impl Copies {
@@ -183,8 +185,16 @@ fn copies_of(run: &Run) -> Copies {
             .iter()
             .filter(|c| c["operation"] == "MEMORY_COPY_HOST_TO_HOST")
             .count() as u64;
-    assert_eq!(json["metadata"]["start_clamped"], host_to_host_5_2);
-    assert_eq!(json["metadata"]["end_clamped"], host_to_host_5_2);
+    // Those are always clamped. Rarely (2 runs in about 30 on 5.2) one more
+    // copy's start lands before its call's entry after ROCr's GPU-to-host
+    // time translation and is clamped too: allowed, at most one.
+    for what in ["start_clamped", "end_clamped"] {
+        let n = json["metadata"][what].as_u64().unwrap();
+        assert!(
+            (host_to_host_5_2..=host_to_host_5_2 + 1).contains(&n),
+            "{what} = {n}, expected {host_to_host_5_2} (+1)"
+        );
+    }
     let p = check_pftrace(&run.output(".pftrace"));
     let slices_json = p.json["slices"].as_array().unwrap();
     let mut slices = BTreeMap::new();
@@ -210,7 +220,43 @@ fn copies_of(run: &Run) -> Copies {
         slices,
         flows_to_copies,
         ids,
+        rocpd: rocpd_copies(run),
     }
+}
+
+/// `(name, size) -> rows` of the `memory_copies` view of the run's rocpd
+/// database (which joins both agents, the event, the thread and the
+/// process), checked against the table itself.
+fn rocpd_copies(run: &Run) -> BTreeMap<(String, u64), u64> {
+    let path = run.output("_results.db");
+    let db = rusqlite::Connection::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), run.stderr));
+    let table: i64 = db
+        .query_row("SELECT count(*) FROM rocpd_memory_copy", [], |r| r.get(0))
+        .unwrap();
+    let mut m = BTreeMap::new();
+    let mut stmt = db
+        .prepare("SELECT name, size, count(*) FROM memory_copies GROUP BY name, size")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .unwrap();
+    for row in rows {
+        let (name, size, n) = row.unwrap();
+        m.insert((name, size as u64), n as u64);
+    }
+    assert_eq!(
+        m.values().sum::<u64>(),
+        table as u64,
+        "view rows = table rows"
+    );
+    m
 }
 
 /// Every output holds exactly `expected`.
@@ -218,6 +264,7 @@ fn assert_exact(c: &Copies, expected: &BTreeMap<(String, u64), u64>) {
     let total: u64 = expected.values().sum();
     assert_eq!(&c.csv, expected, "CSV");
     assert_eq!(&c.json, expected, "JSON");
+    assert_eq!(&c.rocpd, expected, "rocpd memory_copies");
     assert_eq!(c.slices, Copies::per_direction(expected), "Perfetto slices");
     assert_eq!(c.flows_to_copies, total, "Perfetto flows to copies");
 }
@@ -344,6 +391,7 @@ fn copies_that_never_finish_are_counted_lost_after_the_bounded_wait() {
     assert!(!run.output("_memory_copy_trace.csv").exists());
     let json = read_json(&run.output("_results.json"));
     assert_eq!(json["memory_copies"].as_array().unwrap().len(), 0);
+    assert!(rocpd_copies(&run).is_empty());
     assert_eq!(json["metadata"]["memory_copies"], 0);
     assert_eq!(json["metadata"]["records_lost"], 3);
     let p = check_pftrace(&run.output(".pftrace"));

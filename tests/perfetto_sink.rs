@@ -291,6 +291,7 @@ fn write_trace(f: &Fixture, path: &Path, kernel_args: KernelArgs) {
                     kernel_id: *kernel_id,
                     display_name: name,
                     symbol_name: &symbol,
+                    resources: None,
                 };
                 sink.dispatch(r, &info).unwrap();
             }
@@ -370,6 +371,13 @@ fn common_assertions(f: &Fixture, p: &Parsed, stdout: &str) {
     assert_eq!(on_gpu, 10_000);
     assert_eq!(on_gpu, f.dispatches);
     assert_eq!(kernels, expected);
+    // Slices counted by name over every track, as trace_processor's
+    // `select count(*) from slice where name = K` does (instants included):
+    // exactly K's dispatches, no auxiliary event carries a kernel's name.
+    for (name, count) in &expected {
+        let by_name = slices.iter().filter(|s| s["name"] == name.as_str()).count();
+        assert_eq!(by_name, *count, "slices named {name:?} on all tracks");
+    }
 
     // Intercept slices: one per record, on the thread tracks.
     let intercepts: Vec<&Value> = slices
@@ -450,13 +458,17 @@ fn common_assertions(f: &Fixture, p: &Parsed, stdout: &str) {
     assert_eq!(meta["args"]["hostname"], "testhost");
     assert_eq!(meta["ts"], BASE_NS + 100_000_000);
 
-    // Kernel table: one instant per kernel.
+    // Kernel table: one "kernel symbol" instant per kernel, named by its arg.
     let table: Vec<&Value> = slices
         .iter()
         .filter(|s| p.path_of(s) == "kernels")
         .collect();
     assert_eq!(table.len(), 5);
-    let saxpy = table.iter().find(|s| s["name"] == "saxpy").unwrap();
+    assert!(table.iter().all(|s| s["name"] == "kernel symbol"));
+    let saxpy = table
+        .iter()
+        .find(|s| s["args"]["kernel_name"] == "saxpy")
+        .unwrap();
     assert_eq!(saxpy["args"]["kernel_id"], 2);
     assert_eq!(saxpy["args"]["kernel_object"], 0x7f00_0000_0200u64);
     assert_eq!(saxpy["args"]["symbol_name"], "_Z5saxpy");
@@ -731,6 +743,7 @@ fn standard_launch_table_is_bounded() {
         kernel_id: 1,
         display_name: "k",
         symbol_name: "_Z1kv",
+        resources: None,
     };
     for (n, &grid_x) in grids.iter().enumerate() {
         let t = BASE_NS + n as u64 * 100;
@@ -860,6 +873,7 @@ fn standard_steady_state_does_not_allocate() {
                 kernel_id: i as u64 + 1,
                 display_name: name,
                 symbol_name: name,
+                resources: None,
             };
             sink.dispatch(&storm_dispatch(i, corr, t), &info).unwrap();
             corr += 1;
@@ -960,6 +974,7 @@ fn graph_storm_size_per_dispatch() {
                     kernel_id: i as u64 + 1,
                     display_name: name,
                     symbol_name: name,
+                    resources: None,
                 };
                 sink.dispatch(&storm_dispatch(i, corr, t), &info).unwrap();
                 corr += 1;
@@ -1051,6 +1066,7 @@ fn bench_sink_throughput() {
                     kernel_id: k as u64 + 1,
                     display_name: &names[k],
                     symbol_name: &names[k],
+                    resources: None,
                 };
                 sink.dispatch(
                     &DispatchRecord {
@@ -1169,6 +1185,7 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
             kernel_id: 1,
             display_name: "rpc_client",
             symbol_name: "rpc_client",
+            resources: None,
         };
         for s in sinks.iter_mut() {
             s.intercept(&intercept).unwrap();
@@ -1195,8 +1212,10 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
     assert_eq!(count(RPC_SERVE_SLICE_NAME), WAKES);
     assert_eq!(count(RPC_WAKE_INSTANT_NAME), WAKES);
     assert_eq!(count("hsa_queue_write"), WAKES);
-    // Plus the one instant on the `kernels` track that names the kernel.
-    assert_eq!(count("rpc_client"), WAKES + 1);
+    // Exactly its dispatches: the `kernels` track's instant is named
+    // "kernel symbol" and carries the kernel's name as an arg.
+    assert_eq!(count("rpc_client"), WAKES);
+    assert_eq!(count("kernel symbol"), 1);
     let server_path = format!("thread {SERVER}");
     for s in p.slices() {
         let name = s["name"].as_str().unwrap();

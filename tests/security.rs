@@ -2,8 +2,9 @@
 //! `RPROF_TEST_ROCM` selects (`tests/harness`).
 //!
 //! - `installed_rprof_traces_from_a_read_only_prefix`: `scripts/install.sh`
-//!   into a fresh prefix (`<target>/rocm-VERSION/security/prefix`) made
-//!   read-only; the installed `rprof` traces a HIP
+//!   into a fresh prefix (a `mktemp -d` directory under /tmp, open to
+//!   everyone to traverse, so the test users reach it wherever the checkout
+//!   lives) made read-only; the installed `rprof` traces a HIP
 //!   program on the emulated GPU (exact dispatch counts) and writes nothing
 //!   outside its output directory (the child's `TMPDIR` is empty afterwards).
 //! - `planted_library_directory_is_never_loaded` and
@@ -55,18 +56,9 @@ fn scratch(label: &str) -> PathBuf {
 fn installed_prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
-        // Under the target directory (visible in every root, readable by
-        // the test users), replaced on every run of this test binary.
-        let prefix = Runtime::selected()
-            .build_dir(&target_dir(), "security")
-            .join("prefix");
-        if prefix.exists() {
-            run_checked(
-                Command::new("chmod").args(["-R", "u+w"]).arg(&prefix),
-                "chmod",
-            );
-            std::fs::remove_dir_all(&prefix).unwrap();
-        }
+        // Under /tmp (visible in every root): the checkout itself may sit in a
+        // directory the test users cannot traverse (a 0700 mktemp clone).
+        let prefix = scratch("prefix").join("prefix");
         let b = build();
         let mut c = Command::new("bash");
         c.arg(repo().join("scripts/install.sh"))
@@ -256,8 +248,33 @@ fn as_user(acc: &Accounts, who: (u32, u32), program: &Path, args: &[OsString]) -
 fn victim_rprofs() -> Vec<PathBuf> {
     match std::env::var_os("RPROF_SECURITY_RPROF") {
         Some(p) => vec![PathBuf::from(p)],
-        None => vec![installed_prefix().join("bin/rprof"), build().rprof.clone()],
+        None => vec![
+            installed_prefix().join("bin/rprof"),
+            build_tree_copy().join("rprof"),
+        ],
     }
+}
+
+/// The build tree's layout (`rprof` with its libraries next to it) copied into
+/// a directory under /tmp that the test users can reach: the checkout's own
+/// target directory may not be traversable by them.
+fn build_tree_copy() -> &'static Path {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = scratch("build-tree");
+        let built = build().rprof.clone();
+        let from = built.parent().expect("rprof in a directory");
+        for name in [
+            "rprof",
+            "librprof_tool.so",
+            "libhsakmt.so",
+            "librprof_emu_kfd.so",
+        ] {
+            std::fs::copy(from.join(name), dir.join(name))
+                .unwrap_or_else(|e| panic!("copy {name} from {}: {e}", from.display()));
+        }
+        dir
+    })
 }
 
 #[test]
@@ -388,7 +405,10 @@ fn planted_symlink_output_is_refused() {
     std::fs::set_permissions(&home, PermissionsExt::from_mode(0o700)).unwrap();
     std::fs::set_permissions(&precious, PermissionsExt::from_mode(0o600)).unwrap();
     let sh = Path::new("/bin/sh");
-    let program = hip_program("graph_storm");
+    // A copy the victim can reach (the checkout's target directory may not be).
+    let program = lab.join("graph_storm");
+    std::fs::copy(hip_program("graph_storm"), &program).unwrap();
+    std::fs::set_permissions(&program, PermissionsExt::from_mode(0o755)).unwrap();
     for (i, rprof) in victim_rprofs().iter().enumerate() {
         // A project directory both users may write (setgid group, no sticky
         // bit, as shared scratch directories are).

@@ -71,6 +71,8 @@ pub struct OutputFormats {
     pub csv: bool,
     /// `NAME_results.json`
     pub json: bool,
+    /// `NAME_results.db`: a rocpd (schema version 3) SQLite database.
+    pub rocpd: bool,
 }
 
 impl OutputFormats {
@@ -80,21 +82,23 @@ impl OutputFormats {
             pftrace: false,
             csv: false,
             json: false,
+            rocpd: false,
         };
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.to_ascii_lowercase().as_str() {
                 "pftrace" | "perfetto" => f.pftrace = true,
                 "csv" => f.csv = true,
                 "json" => f.json = true,
+                "rocpd" => f.rocpd = true,
                 other => {
                     return Err(ConfigError::new(
                         "RPROF_OUTPUT_FORMAT",
-                        format!("unknown format `{other}` (expected pftrace, csv or json)"),
+                        format!("unknown format `{other}` (expected pftrace, csv, json or rocpd)"),
                     ))
                 }
             }
         }
-        if !(f.pftrace || f.csv || f.json) {
+        if !(f.pftrace || f.csv || f.json || f.rocpd) {
             return Err(ConfigError::new(
                 "RPROF_OUTPUT_FORMAT",
                 "no output format given".into(),
@@ -110,6 +114,7 @@ impl Default for OutputFormats {
             pftrace: true,
             csv: true,
             json: false,
+            rocpd: false,
         }
     }
 }
@@ -290,9 +295,13 @@ impl TraceConfig {
         env: &dyn EnvSource,
         facts: &ProcessFacts,
     ) -> Result<Option<TraceConfig>, ConfigError> {
-        let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")?;
+        // --sys-trace: every trace rprof has (the kernel and memory-copy
+        // traces; the rpc trace is rprof's own diagnostic of GPU-to-host
+        // calls, not a rocprofv3 trace, and stays separate).
+        let sys_trace = parse_bool(env, "RPROF_SYS_TRACE")?;
+        let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")? || sys_trace;
         let rpc_trace = parse_bool(env, "RPROF_RPC_TRACE")?;
-        let memory_copy_trace = parse_bool(env, "RPROF_MEMORY_COPY_TRACE")?;
+        let memory_copy_trace = parse_bool(env, "RPROF_MEMORY_COPY_TRACE")? || sys_trace;
         let serialize_kernels = parse_bool(env, "RPROF_SERIALIZE_KERNELS")?;
         let stats = parse_bool(env, "RPROF_STATS")?;
         let truncate_kernels = parse_bool(env, "RPROF_TRUNCATE_KERNELS")?;
@@ -390,7 +399,8 @@ mod tests {
             OutputFormats {
                 pftrace: true,
                 csv: true,
-                json: false
+                json: false,
+                rocpd: false
             }
         );
         assert_eq!(
@@ -441,6 +451,28 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(c.rpc_trace && !c.kernel_trace);
+    }
+
+    #[test]
+    fn sys_trace_turns_on_every_trace() {
+        let c = TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "1")]), &facts())
+            .unwrap()
+            .unwrap();
+        assert!(c.kernel_trace);
+        assert!(c.memory_copy_trace);
+        assert!(
+            TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "0")]), &facts())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn rocpd_is_a_format() {
+        let f = OutputFormats::parse("rocpd").unwrap();
+        assert!(f.rocpd && !f.csv && !f.json && !f.pftrace);
+        let f = OutputFormats::parse("csv,ROCPD").unwrap();
+        assert!(f.rocpd && f.csv);
     }
 
     #[test]

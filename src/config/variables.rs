@@ -11,6 +11,7 @@ use std::fmt;
 /// pipe the command sets).
 pub const KNOWN_VARIABLES: &[&str] = &[
     "RPROF_KERNEL_TRACE",
+    "RPROF_SYS_TRACE",
     "RPROF_RPC_TRACE",
     "RPROF_MEMORY_COPY_TRACE",
     "RPROF_SERIALIZE_KERNELS",

@@ -237,6 +237,7 @@ impl KernelNames for Names {
             kernel_id: kernel_object,
             display_name: &name,
             symbol_name: &name,
+            resources: None,
         };
         f(&info, keep);
     }
@@ -1550,6 +1551,7 @@ impl KernelNames for StaticNames {
             kernel_id: kernel_object,
             display_name: "k",
             symbol_name: "k",
+            resources: None,
         };
         f(&info, true);
     }

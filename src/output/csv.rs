@@ -1,5 +1,7 @@
 //! `NAME_kernel_trace.csv`: one row per kernel dispatch, with rocprofv3's
-//! column names where they exist, so existing scripts keep working; and,
+//! current kernel-trace columns in rocprofv3's order (so users' scripts read
+//! it by name or position), then rprof's `Private_Segment_Size` and
+//! `Group_Segment_Size` (the dispatch packet's exact sizes); and,
 //! with `--rpc-trace`, `NAME_rpc_trace.csv`: one row per RPC doorbell wake
 //! (created on the first wake, so runs without RPC traffic get no file);
 //! and, with `--memory-copy-trace`, `NAME_memory_copy_trace.csv`: one row
@@ -12,13 +14,19 @@ use std::path::Path;
 
 use crate::config::ensure_parent;
 use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
-use crate::sink::{KernelInfo, RecordSink};
+use crate::sink::{lds_block_size, KernelInfo, RecordSink};
 
-/// The header row, in order.
-pub const KERNEL_TRACE_COLUMNS: [&str; 18] = [
+/// The header row, in order: rocprofv3's (develop) 22 columns, then
+/// rprof's two. `Stream_Id` is 0 (no HIP stream information, as rocprofv3
+/// writes without it); `LDS_Block_Size` is the dispatch's group segment
+/// rounded up to [`crate::sink::LDS_BLOCK_GRANULE`]; `Scratch_Size` the
+/// dispatch's private segment; the register counts come from the code
+/// object's metadata (0 where it could not be read).
+pub const KERNEL_TRACE_COLUMNS: [&str; 24] = [
     "Kind",
     "Agent_Id",
     "Queue_Id",
+    "Stream_Id",
     "Thread_Id",
     "Dispatch_Id",
     "Kernel_Id",
@@ -26,14 +34,19 @@ pub const KERNEL_TRACE_COLUMNS: [&str; 18] = [
     "Correlation_Id",
     "Start_Timestamp",
     "End_Timestamp",
-    "Private_Segment_Size",
-    "Group_Segment_Size",
+    "LDS_Block_Size",
+    "Scratch_Size",
+    "VGPR_Count",
+    "Accum_VGPR_Count",
+    "SGPR_Count",
     "Workgroup_Size_X",
     "Workgroup_Size_Y",
     "Workgroup_Size_Z",
     "Grid_Size_X",
     "Grid_Size_Y",
     "Grid_Size_Z",
+    "Private_Segment_Size",
+    "Group_Segment_Size",
 ];
 
 /// The header row of `NAME_rpc_trace.csv`.
@@ -130,6 +143,7 @@ impl RecordSink for CsvSink {
         w.write_field("KERNEL_DISPATCH").map_err(to_io)?;
         field(w, u64::from(r.agent_index))?;
         field(w, r.queue_id)?;
+        field(w, 0)?; // Stream_Id
         field(w, u64::from(r.thread_id))?;
         field(w, r.dispatch_id)?;
         field(w, k.kernel_id)?;
@@ -137,14 +151,20 @@ impl RecordSink for CsvSink {
         field(w, r.correlation_id)?;
         field(w, r.start_ns)?;
         field(w, r.end_ns)?;
+        field(w, lds_block_size(r.group_segment_size))?;
         field(w, u64::from(r.private_segment_size))?;
-        field(w, u64::from(r.group_segment_size))?;
+        let res = k.resources.unwrap_or_default();
+        field(w, u64::from(res.arch_vgpr_count))?;
+        field(w, u64::from(res.accum_vgpr_count))?;
+        field(w, u64::from(res.sgpr_count))?;
         for v in r.workgroup {
             field(w, u64::from(v))?;
         }
         for v in r.grid {
             field(w, u64::from(v))?;
         }
+        field(w, u64::from(r.private_segment_size))?;
+        field(w, u64::from(r.group_segment_size))?;
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 

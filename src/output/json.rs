@@ -109,6 +109,13 @@ struct JsonDispatch<'a> {
     enqueue_ns: u64,
     start_ns: u64,
     end_ns: u64,
+    stream_id: u64,
+    lds_block_size: u64,
+    scratch_size: u32,
+    /// `null` where the code object's metadata could not be read.
+    arch_vgpr_count: Option<u32>,
+    accum_vgpr_count: Option<u32>,
+    sgpr_count: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -210,6 +217,12 @@ impl RecordSink for JsonSink {
                 enqueue_ns: r.enqueue_ns,
                 start_ns: r.start_ns,
                 end_ns: r.end_ns,
+                stream_id: 0,
+                lds_block_size: crate::sink::lds_block_size(r.group_segment_size),
+                scratch_size: r.private_segment_size,
+                arch_vgpr_count: k.resources.map(|x| x.arch_vgpr_count),
+                accum_vgpr_count: k.resources.map(|x| x.accum_vgpr_count),
+                sgpr_count: k.resources.map(|x| x.sgpr_count),
             },
         )
     }

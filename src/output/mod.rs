@@ -10,4 +10,5 @@ pub mod files;
 pub mod json;
 pub mod perfetto;
 pub mod rocpd;
+pub mod rocpd_merge;
 pub mod stats;

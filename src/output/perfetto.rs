@@ -14,7 +14,10 @@
 //!   copies [engine <mask>]                  custom track per agent and engine (--memory-copy-trace)
 //!     copies  (lane 0, 1, ...)              child tracks; one slice per copy, named by its direction
 //! CPU <index> (<agent name>)                custom track of a CPU agent (host-to-host copies)
-//! kernels                                   one instant per distinct kernel (static info)
+//! kernels                                   one `kernel symbol` instant per distinct kernel
+//!                                           (static info; the kernel's name is its `kernel_name`
+//!                                           arg, so a count of slices by a kernel's name is
+//!                                           exactly its dispatches)
 //! ```
 //!
 //! A memory copy is a slice on the copy track of the agent that does it
@@ -78,6 +81,12 @@ pub const INTERCEPT_SLICE_NAME: &str = "hsa_queue_write";
 pub const METADATA_INSTANT_NAME: &str = "rprof run";
 /// Name of the root track holding one instant per distinct kernel.
 pub const KERNEL_TABLE_TRACK_NAME: &str = "kernels";
+/// Name of every instant on the [`KERNEL_TABLE_TRACK_NAME`] track. It
+/// contains a space, so no kernel (an ELF symbol, or its demangled form
+/// which never is this string) carries it: the kernel's own name is the
+/// instant's `kernel_name` arg, and `select count(*) from slice where name
+/// = K` counts exactly K's dispatches.
+pub const KERNEL_SYMBOL_INSTANT_NAME: &str = "kernel symbol";
 
 /// Uuid of the process track. Other tracks get 2, 3, ... in order of first
 /// use, which keeps them one varint byte long on every event.
@@ -143,6 +152,7 @@ struct ArgNames {
     kernel_id: AnnotationNameId,
     kernel_object: AnnotationNameId,
     symbol_name: AnnotationNameId,
+    kernel_name: AnnotationNameId,
     grid: [AnnotationNameId; 3],
     workgroup: [AnnotationNameId; 3],
     private_segment_size: AnnotationNameId,
@@ -164,6 +174,7 @@ impl ArgNames {
             kernel_id: n("kernel_id"),
             kernel_object: n("kernel_object"),
             symbol_name: n("symbol_name"),
+            kernel_name: n("kernel_name"),
             grid: [n("grid.x"), n("grid.y"), n("grid.z")],
             workgroup: [n("workgroup.x"), n("workgroup.y"), n("workgroup.z")],
             private_segment_size: n("private_segment_size"),
@@ -258,6 +269,7 @@ struct Started {
     agents: Vec<AgentInfo>,
     args: ArgNames,
     intercept_name: EventNameId,
+    kernel_symbol_name: EventNameId,
     next_uuid: u64,
     threads: HashMap<u32, u64>,
     agent_tracks: HashMap<u32, u64>,
@@ -557,8 +569,12 @@ impl Started {
         self.writer.write_instant(
             track,
             rec.start_ns,
-            iid,
+            self.kernel_symbol_name,
             &[
+                Arg {
+                    name: a.kernel_name,
+                    value: ArgValue::Str(kernel.display_name),
+                },
                 Arg {
                     name: a.kernel_id,
                     value: ArgValue::Uint(kernel.kernel_id),
@@ -594,12 +610,14 @@ impl RecordSink for PerfettoSink {
         })?;
         let args = ArgNames::intern(&mut writer);
         let intercept_name = writer.intern_event_name(INTERCEPT_SLICE_NAME);
+        let kernel_symbol_name = writer.intern_event_name(KERNEL_SYMBOL_INSTANT_NAME);
         self.state = State::Started(Box::new(Started {
             writer,
             run: run.clone(),
             agents: agents.to_vec(),
             args,
             intercept_name,
+            kernel_symbol_name,
             next_uuid: PROCESS_TRACK_UUID + 1,
             threads: HashMap::new(),
             agent_tracks: HashMap::new(),

@@ -643,8 +643,9 @@ impl RocpdSink {
         self.db
             .prepare_cached(&format!(
                 "INSERT INTO {table} (id, nid, pid, code_object_id, kernel_name, display_name, \
-                 kernel_object, group_segment_size, private_segment_size) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                 kernel_object, group_segment_size, private_segment_size, \
+                 sgpr_count, arch_vgpr_count, accum_vgpr_count) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ))?
             .execute(params![
                 int(kernel.kernel_id),
@@ -654,8 +655,17 @@ impl RocpdSink {
                 kernel.symbol_name,
                 kernel.display_name,
                 int(rec.kernel_object),
-                rec.group_segment_size,
-                rec.private_segment_size
+                // The static sizes from the metadata when known (the kernel
+                // symbol's), else the first dispatch's.
+                kernel
+                    .resources
+                    .map_or(rec.group_segment_size, |r| r.group_segment_fixed_size),
+                kernel
+                    .resources
+                    .map_or(rec.private_segment_size, |r| r.private_segment_fixed_size),
+                kernel.resources.map(|r| r.sgpr_count),
+                kernel.resources.map(|r| r.arch_vgpr_count),
+                kernel.resources.map(|r| r.accum_vgpr_count)
             ])?;
         Ok(())
     }
@@ -927,11 +937,13 @@ mod tests {
             kernel_id: 1,
             display_name: "alpha(int)",
             symbol_name: "_Z5alphai",
+            resources: None,
         };
         let beta = KernelInfo {
             kernel_id: 2,
             display_name: "beta",
             symbol_name: "beta",
+            resources: None,
         };
         for n in 1..=n_alpha + n_beta {
             let (kernel, object) = if n <= n_alpha {
@@ -1236,6 +1248,7 @@ mod tests {
             kernel_id: 1,
             display_name: "k",
             symbol_name: "k",
+            resources: None,
         };
         sink.dispatch(&dispatch(1, 10, 0, 100, 0xa000), &k).unwrap();
         sink.last_commit = Instant::now() - COMMIT_EVERY;

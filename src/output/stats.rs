@@ -332,11 +332,13 @@ mod tests {
             kernel_id: 1,
             display_name: "a",
             symbol_name: "a",
+            resources: None,
         };
         let b = KernelInfo {
             kernel_id: 2,
             display_name: "b",
             symbol_name: "b",
+            resources: None,
         };
         s.dispatch(&rec(0, 10), &a).unwrap();
         s.dispatch(&rec(100, 130), &a).unwrap();

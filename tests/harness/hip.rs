@@ -18,11 +18,23 @@ pub fn run_traced(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
+    run_traced_formats(label, "pftrace,csv,json", extra, program, args, env)
+}
+
+/// [`run_traced`] with the output formats `formats` (`--output-format`).
+pub fn run_traced_formats(
+    label: &str,
+    formats: &str,
+    extra: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let dir = fresh_dir(label);
     let mut cmd = Runtime::selected().command(rprof(), &[]);
     cmd.arg("--kernel-trace")
         .arg("--output-format")
-        .arg("pftrace,csv,json")
+        .arg(formats)
         .arg("-d")
         .arg(&dir)
         .args(extra)

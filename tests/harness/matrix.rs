@@ -51,8 +51,9 @@ pub const TRACE_CONFIGS: [TraceConfig; 4] = [
 
 /// One output format alone (`--output-format` value) and the suffix of the
 /// one file it writes after the output name.
-pub const FORMATS: [(&str, &str); 3] = [
+pub const FORMATS: [(&str, &str); 4] = [
     ("csv", "_kernel_trace.csv"),
     ("json", "_results.json"),
     ("pftrace", ".pftrace"),
+    ("rocpd", "_results.db"),
 ];

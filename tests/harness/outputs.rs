@@ -17,10 +17,11 @@ use super::run::{tail, Run};
 pub const RUNTIME_KERNEL_PREFIX: &str = "__amd_rocclr_";
 
 /// Columns of `NAME_kernel_trace.csv`, in order.
-pub const CSV_COLUMNS: [&str; 18] = [
+pub const CSV_COLUMNS: [&str; 24] = [
     "Kind",
     "Agent_Id",
     "Queue_Id",
+    "Stream_Id",
     "Thread_Id",
     "Dispatch_Id",
     "Kernel_Id",
@@ -28,14 +29,19 @@ pub const CSV_COLUMNS: [&str; 18] = [
     "Correlation_Id",
     "Start_Timestamp",
     "End_Timestamp",
-    "Private_Segment_Size",
-    "Group_Segment_Size",
+    "LDS_Block_Size",
+    "Scratch_Size",
+    "VGPR_Count",
+    "Accum_VGPR_Count",
+    "SGPR_Count",
     "Workgroup_Size_X",
     "Workgroup_Size_Y",
     "Workgroup_Size_Z",
     "Grid_Size_X",
     "Grid_Size_Y",
     "Grid_Size_Z",
+    "Private_Segment_Size",
+    "Group_Segment_Size",
 ];
 
 /// One kernel name in a program's report.
@@ -169,6 +175,10 @@ pub struct CsvDispatch {
     pub group_segment_size: u64,
     pub workgroup: [u64; 3],
     pub grid: [u64; 3],
+    pub lds_block_size: u64,
+    pub vgpr_count: u64,
+    pub accum_vgpr_count: u64,
+    pub sgpr_count: u64,
 }
 
 /// Reads `NAME_kernel_trace.csv`, checking the header and the `Kind` column.
@@ -195,21 +205,36 @@ pub fn read_csv(path: &Path) -> Vec<CsvDispatch> {
                 )
             })
         };
-        rows.push(CsvDispatch {
+        let row = CsvDispatch {
             agent_id: n(1),
             queue_id: n(2),
-            thread_id: n(3),
-            dispatch_id: n(4),
-            kernel_id: n(5),
-            kernel_name: rec[6].to_string(),
-            correlation_id: n(7),
-            start: n(8),
-            end: n(9),
-            private_segment_size: n(10),
-            group_segment_size: n(11),
-            workgroup: [n(12), n(13), n(14)],
-            grid: [n(15), n(16), n(17)],
-        });
+            thread_id: n(4),
+            dispatch_id: n(5),
+            kernel_id: n(6),
+            kernel_name: rec[7].to_string(),
+            correlation_id: n(8),
+            start: n(9),
+            end: n(10),
+            lds_block_size: n(11),
+            vgpr_count: n(13),
+            accum_vgpr_count: n(14),
+            sgpr_count: n(15),
+            workgroup: [n(16), n(17), n(18)],
+            grid: [n(19), n(20), n(21)],
+            private_segment_size: n(22),
+            group_segment_size: n(23),
+        };
+        // No HIP stream information: stream 0, as rocprofv3 writes then.
+        assert_eq!(n(3), 0, "row {i} Stream_Id");
+        // Scratch_Size is the dispatch's private segment; LDS_Block_Size
+        // its group segment rounded up to rocprofv3's 512-byte granule.
+        assert_eq!(n(12), row.private_segment_size, "row {i} Scratch_Size");
+        assert_eq!(
+            row.lds_block_size,
+            row.group_segment_size.div_ceil(512) * 512,
+            "row {i} LDS_Block_Size"
+        );
+        rows.push(row);
     }
     rows
 }
@@ -229,6 +254,9 @@ pub struct PftraceSummary {
     pub kernel_slices: BTreeMap<String, u64>,
     /// All kernel slices.
     pub kernel_slice_total: u64,
+    /// Slices (instants included) per name on every track, as
+    /// trace_processor's `select name, count(*) from slice group by name`.
+    pub slices_by_name: BTreeMap<String, u64>,
     /// Kernel slices with a negative or missing duration.
     pub bad_durations: u64,
     /// Flows from an interceptor slice to a kernel slice, per pid of the
@@ -305,6 +333,9 @@ pub fn check_pftrace(trace: &Path) -> PftraceSummary {
     let mut is_kernel = vec![false; slices.len()];
     for (i, sl) in slices.iter().enumerate() {
         let track = sl["track"].as_u64().expect("slice track").to_string();
+        *s.slices_by_name
+            .entry(sl["name"].as_str().unwrap_or("<no name>").to_string())
+            .or_default() += 1;
         let root = root_of(&track);
         let root_name = tracks
             .get(&root)
@@ -577,6 +608,14 @@ pub fn check_outputs(dir: &Path, name: &str, report: &ProcessReport) -> TraceFac
         pftrace.kernel_slices, per_name,
         "kernel slices per name in the .pftrace"
     );
+    for (name, count) in &per_name {
+        assert_eq!(
+            pftrace.slices_by_name.get(name),
+            Some(count),
+            "slices named {name:?} on all tracks of the .pftrace (trace_processor's \
+             `select count(*) from slice where name = ...`) vs its dispatches"
+        );
+    }
     assert_eq!(
         pftrace.bad_durations, 0,
         "kernel slices with negative duration"
@@ -633,4 +672,238 @@ pub fn summary(label: &str, run: &Run, facts: &TraceFacts) {
         facts.per_name.len(),
         run.elapsed.as_secs_f64()
     );
+}
+
+/// What a rocpd database (`NAME_results.db`) answers to a user's first
+/// queries, read with SQLite as a user would.
+#[derive(Debug, Default)]
+pub struct RocpdFacts {
+    /// `select count(*) from kernels`.
+    pub kernels: u64,
+    /// `select name, total_calls from top_kernels`.
+    pub top_kernels: BTreeMap<String, u64>,
+    /// `select count(*) from kernels where name = ?` for each name of
+    /// `top_kernels`.
+    pub kernels_where_name: BTreeMap<String, u64>,
+    /// `select count(*) from rocpd_kernel_dispatch` (rows the `kernels` view
+    /// must all show).
+    pub dispatch_rows: u64,
+    /// `schema_version` in `rocpd_metadata`.
+    pub schema_version: String,
+    /// The `(sgpr_count, vgpr_count, accum_vgpr_count)` triples per kernel
+    /// name, from the `kernels` view (several where kernels share a
+    /// truncated name).
+    pub registers: BTreeMap<String, BTreeSet<Registers>>,
+}
+
+/// `(sgpr_count, vgpr_count, accum_vgpr_count)` of a kernel in a rocpd
+/// database (`None`: NULL, not known).
+pub type Registers = (Option<i64>, Option<i64>, Option<i64>);
+
+/// Opens `path` (read-write, so SQLite rolls back a hot journal a killed
+/// writer left, as any reader does) and answers [`RocpdFacts`]. Panics if a
+/// `kernels` row has a NULL where a dispatch always has a value.
+pub fn read_rocpd(path: &Path) -> RocpdFacts {
+    let db = rusqlite::Connection::open(path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let one = |sql: &str| -> i64 {
+        db.query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e} ({})", path.display()))
+    };
+    let mut f = RocpdFacts {
+        kernels: one("select count(*) from kernels") as u64,
+        dispatch_rows: one("select count(*) from rocpd_kernel_dispatch") as u64,
+        schema_version: db
+            .query_row(
+                "select value from rocpd_metadata where tag = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("schema_version"),
+        ..Default::default()
+    };
+    let mut st = db
+        .prepare("select name, total_calls from top_kernels")
+        .unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap();
+    for row in rows {
+        let (name, n) = row.unwrap();
+        assert!(
+            f.top_kernels.insert(name.clone(), n as u64).is_none(),
+            "top_kernels lists {name:?} twice"
+        );
+    }
+    for name in f.top_kernels.keys() {
+        let n: i64 = db
+            .query_row(
+                "select count(*) from kernels where name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap();
+        f.kernels_where_name.insert(name.clone(), n as u64);
+    }
+    // Every row whole: the columns a dispatch always has are set.
+    let torn = one(
+        "select count(*) from kernels where name is null or start is null or \"end\" is null \
+         or \"end\" < start or start <= 0 or dispatch_id is null or queue_id is null or tid is null \
+         or grid_x is null or workgroup_x is null or corr_id is null",
+    );
+    assert_eq!(
+        torn,
+        0,
+        "torn rows in the kernels view of {}",
+        path.display()
+    );
+    let mut st = db
+        .prepare("select distinct name, sgpr_count, vgpr_count, accum_vgpr_count from kernels")
+        .unwrap();
+    let rows = st
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
+        })
+        .unwrap();
+    for row in rows {
+        let (name, regs) = row.unwrap();
+        f.registers.entry(name).or_default().insert(regs);
+    }
+    f
+}
+
+/// Checks that the database answers with the CSV's numbers exactly: the
+/// `kernels` view holds every dispatch row, `select count(*) from kernels`
+/// is the CSV's row count, and `top_kernels` and `kernels where name = K`
+/// give the CSV's per-name counts. Returns what it read.
+pub fn check_rocpd_against_csv(db: &Path, rows: &[CsvDispatch]) -> RocpdFacts {
+    let f = read_rocpd(db);
+    let mut per_name: BTreeMap<String, u64> = BTreeMap::new();
+    for r in rows {
+        *per_name.entry(r.kernel_name.clone()).or_default() += 1;
+    }
+    assert_eq!(f.schema_version, "3", "rocpd schema version");
+    assert_eq!(
+        f.kernels,
+        rows.len() as u64,
+        "select count(*) from kernels vs CSV rows"
+    );
+    assert_eq!(
+        f.dispatch_rows, f.kernels,
+        "dispatch rows the kernels view drops"
+    );
+    assert_eq!(f.top_kernels, per_name, "top_kernels vs CSV rows per name");
+    assert_eq!(
+        f.kernels_where_name, per_name,
+        "kernels where name = ... vs CSV"
+    );
+    let mut csv_regs: BTreeMap<String, BTreeSet<(u64, u64, u64)>> = BTreeMap::new();
+    for r in rows {
+        csv_regs.entry(r.kernel_name.clone()).or_default().insert((
+            r.sgpr_count,
+            r.vgpr_count,
+            r.accum_vgpr_count,
+        ));
+    }
+    let db_regs: BTreeMap<String, BTreeSet<(u64, u64, u64)>> = f
+        .registers
+        .iter()
+        .map(|(name, set)| {
+            let set = set
+                .iter()
+                .map(|(s, v, a)| {
+                    let n = |x: &Option<i64>| x.unwrap_or(0) as u64;
+                    (n(s), n(v), n(a))
+                })
+                .collect();
+            (name.clone(), set)
+        })
+        .collect();
+    assert_eq!(
+        db_regs, csv_regs,
+        "register counts per name: database vs CSV"
+    );
+    f
+}
+
+/// A kernel's resources as the compiler reports them
+/// (`-Rpass-analysis=kernel-resource-usage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompilerResources {
+    pub sgprs: u64,
+    pub vgprs: u64,
+    pub agprs: u64,
+    pub scratch: u64,
+    pub lds: u64,
+}
+
+/// Compiles the OpenCL `src` for `mcpu` with the selected runtime's clang and
+/// `-Rpass-analysis=kernel-resource-usage`, and reads the remarks: per
+/// kernel name, what the compiler says it uses.
+pub fn compiler_resources(src: &Path, mcpu: &str) -> BTreeMap<String, CompilerResources> {
+    use super::runtime::Runtime;
+    let rt = Runtime::selected();
+    let out = std::env::temp_dir().join(format!(
+        "rprof-remarks-{}-{}-{mcpu}.co",
+        std::process::id(),
+        rt.version()
+    ));
+    let o = rt
+        .tool(rt.kernel_clang())
+        .args([
+            "-x",
+            "cl",
+            "-cl-std=CL2.0",
+            "-target",
+            "amdgcn-amd-amdhsa",
+            "-nogpulib",
+            "-O2",
+            "-Rpass-analysis=kernel-resource-usage",
+        ])
+        .arg(format!("-mcpu={mcpu}"))
+        .arg(src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run the runtime's clang");
+    let _ = std::fs::remove_file(&out);
+    let text = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "clang failed:\n{text}");
+    let mut kernels: BTreeMap<String, CompilerResources> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once("remark:") else {
+            continue;
+        };
+        let rest = rest.split(" [-Rpass").next().unwrap().trim();
+        let Some((key, value)) = rest.rsplit_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if key == "Function Name" {
+            current = Some(value.to_string());
+            kernels.insert(value.to_string(), CompilerResources::default());
+            continue;
+        }
+        let Some(k) = current.as_ref().and_then(|c| kernels.get_mut(c)) else {
+            continue;
+        };
+        let n = || value.parse::<u64>().unwrap_or_else(|_| panic!("{line}"));
+        match key {
+            // clang >= 21 says TotalSGPRs (the same count, VCC and the
+            // other extra SGPRs included, as the metadata's .sgpr_count).
+            "SGPRs" | "TotalSGPRs" => k.sgprs = n(),
+            "VGPRs" => k.vgprs = n(),
+            "AGPRs" => k.agprs = n(),
+            "ScratchSize [bytes/lane]" => k.scratch = n(),
+            "LDS Size [bytes/block]" => k.lds = n(),
+            _ => {}
+        }
+    }
+    assert!(
+        !kernels.is_empty(),
+        "no kernel-resource-usage remarks:\n{text}"
+    );
+    kernels
 }

@@ -110,3 +110,48 @@ pub fn run_rprof_into(label: &str, extra: &[&str], args: &[&str]) -> Run {
     clear_rprof_env(&mut cmd);
     run_with_timeout(cmd, dir)
 }
+
+/// Runs `rprof -d <dir> -o run <rprof_args> -- trace_app <code object>
+/// <args>` on the selected runtime in a fresh run directory: the options are
+/// exactly `rprof_args` (no trace option or format added).
+pub fn run_rprof_raw(label: &str, rprof_args: &[&str], args: &[&str]) -> Run {
+    let (app, kernels) = trace_app();
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(&build().rprof, &[]);
+    cmd.arg("-d")
+        .arg(&dir)
+        .args(["-o", "run"])
+        .args(rprof_args)
+        .arg("--")
+        .arg(app)
+        .arg(kernels)
+        .args(args);
+    clear_rprof_env(&mut cmd);
+    run_with_timeout(cmd, dir)
+}
+
+/// The command [`run_traced`] runs (tool through `HSA_TOOLS_LIB`, kernel
+/// tracing on, output name `run`), not started, for tests that control the
+/// process themselves (kill it); and its fresh run directory.
+pub fn trace_app_command(
+    label: &str,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> (std::process::Command, std::path::PathBuf) {
+    let b = build();
+    let (app, kernels) = trace_app();
+    let dir = fresh_dir(label);
+    let emulator = b.emulator();
+    let mut cmd = Runtime::selected().command(app, &emulator.loader_env);
+    cmd.arg(kernels)
+        .args(args)
+        .env("HSA_TOOLS_LIB", &b.tool)
+        .env("RPROF_KERNEL_TRACE", "1")
+        .env("RPROF_OUTPUT_DIR", &dir)
+        .env("RPROF_OUTPUT_NAME", "run")
+        .env("RPROF_OUTPUT_FORMAT", "csv,json,pftrace");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    (cmd, dir)
+}

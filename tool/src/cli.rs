@@ -31,21 +31,20 @@ pub struct Cli {
     /// named `merge`).
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// The application and its arguments.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "APP [ARGS]..."
-    )]
+    /// The application and its arguments. An option rprof does not know
+    /// before the application is a usage error (never taken for the app);
+    /// after the application, or after `--`, everything is the app's.
+    #[arg(trailing_var_arg = true, value_name = "APP [ARGS]...")]
     pub app: Vec<OsString>,
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Merge the .pftrace files of several processes into one trace.
+    /// Merge the .pftrace files of several processes into one trace, or
+    /// their rocpd databases (NAME_results.db) into one database.
     Merge {
-        /// Input traces.
+        /// Input traces, or input databases.
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
         /// Output file.
@@ -60,6 +59,10 @@ pub struct TraceArgs {
     /// Record every kernel dispatch (GPU start/end, names, sizes).
     #[arg(long)]
     pub kernel_trace: bool,
+    /// Every trace rprof has, as rocprofv3's --sys-trace (today the kernel
+    /// trace; --rpc-trace is rprof's own diagnostic and stays separate).
+    #[arg(short = 's', long)]
+    pub sys_trace: bool,
     /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).
     #[arg(long)]
     pub rpc_trace: bool,
@@ -80,7 +83,7 @@ pub struct TraceArgs {
     /// Output file name stem; placeholders %pid% %ppid% %hostname% %rank% %env{VAR}%.
     #[arg(short = 'o', long = "output-file", value_name = "NAME")]
     pub output_name: Option<String>,
-    /// Comma-separated formats: pftrace, csv, json.
+    /// Comma-separated formats: pftrace, csv, json, rocpd (default pftrace,csv).
     #[arg(long, value_name = "FORMATS")]
     pub output_format: Option<String>,
     /// Keep only kernels whose name matches this regex.
@@ -144,6 +147,7 @@ impl LaunchPlan {
             }
         };
         flag(&mut env, t.kernel_trace, "RPROF_KERNEL_TRACE");
+        flag(&mut env, t.sys_trace, "RPROF_SYS_TRACE");
         flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
         flag(&mut env, t.memory_copy_trace, "RPROF_MEMORY_COPY_TRACE");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
@@ -164,8 +168,12 @@ impl LaunchPlan {
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
-        let tracing =
-            t.kernel_trace || t.rpc_trace || t.serialize_kernels || t.stats || t.memory_copy_trace;
+        let tracing = t.kernel_trace
+            || t.sys_trace
+            || t.rpc_trace
+            || t.serialize_kernels
+            || t.stats
+            || t.memory_copy_trace;
         let emulated = match t.device {
             Device::Emulated => true,
             Device::Native => false,
@@ -176,6 +184,101 @@ impl LaunchPlan {
             tracing,
             emulated,
         }
+    }
+}
+
+/// rocprofv3 options (long and short spellings, `rocprofv3.py` of ROCm 7.0)
+/// that rprof does not implement: given to `rprof`, they are refused by name
+/// instead of being reported as merely unknown. Only options clap does not
+/// know reach this list, so an entry for an option rprof gains later (e.g.
+/// `--marker-trace`, `--kernel-rename`) is inert:
+/// remove it when the option lands.
+pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
+    "--hip-trace",
+    "--hip-runtime-trace",
+    "--hip-compiler-trace",
+    "--hsa-trace",
+    "--hsa-core-trace",
+    "--hsa-amd-trace",
+    "--hsa-image-trace",
+    "--hsa-finalizer-trace",
+    "--memory-allocation-trace",
+    "--marker-trace",
+    "--kernel-rename",
+    "--scratch-memory-trace",
+    "--rccl-trace",
+    "--rocdecode-trace",
+    "--rocjpeg-trace",
+    "--kokkos-trace",
+    "--runtime-trace",
+    "-r",
+    "--pmc",
+    "--att",
+    "--advanced-thread-trace",
+    "--pc-sampling",
+    "--pc-sampling-beta-enabled",
+    "--pc-sampling-method",
+    "--pc-sampling-unit",
+    "--pc-sampling-interval",
+    "--collection-period",
+    "-P",
+    "--collection-period-unit",
+    "--kernel-iteration-range",
+    "--group-by-queue",
+    "--selected-regions",
+    "--agent-index",
+    "-A",
+    "--minimum-output-data",
+    "--summary",
+    "-S",
+    "--summary-per-domain",
+    "-D",
+    "--summary-groups",
+    "--summary-output-file",
+    "--summary-units",
+    "--list-avail",
+    "-L",
+    "--mangled-kernels",
+    "-M",
+    "--preload",
+    "--log-level",
+    "--input",
+    "-i",
+    "--perfetto-backend",
+    "--perfetto-buffer-size",
+    "--perfetto-buffer-fill-policy",
+    "--perfetto-shmem-size-hint",
+];
+
+/// What to tell the user about an option clap does not know, given before
+/// the application: the message names it, and says when it is a rocprofv3
+/// option rprof does not implement. `arg` is as typed (`--pmc=SQ_WAVES`
+/// included).
+pub fn unknown_option_message(arg: &str) -> String {
+    let name = arg.split('=').next().unwrap_or(arg);
+    if ROCPROFV3_UNIMPLEMENTED.contains(&name) {
+        format!(
+            "rprof: error: {name} is a rocprofv3 option rprof does not implement \
+             (rprof records kernel dispatches: --kernel-trace, --sys-trace, --stats; \
+             see rprof --help)"
+        )
+    } else {
+        format!(
+            "rprof: error: unknown option {name} (options go before the application; \
+             use `rprof [OPTIONS] -- APP ARGS` when the application's name starts with `-`; \
+             see rprof --help)"
+        )
+    }
+}
+
+/// The offending argument of a clap "unknown argument" error.
+pub fn unknown_argument(e: &clap::Error) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    match e.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
     }
 }
 
@@ -265,6 +368,48 @@ mod tests {
         let c = parse(&["rprof", "--", "merge", "x"]);
         assert!(c.command.is_none());
         assert_eq!(c.app, vec!["merge", "x"]);
+    }
+
+    #[test]
+    fn an_unknown_option_before_the_app_is_an_error_naming_it() {
+        for (args, bad) in [
+            (
+                &["rprof", "--scratch-memory-trace", "--kernel-trace", "./app"][..],
+                "--scratch-memory-trace",
+            ),
+            (
+                &["rprof", "--kernel-trace", "--bogus", "./app"][..],
+                "--bogus",
+            ),
+            (&["rprof", "--pmc=SQ_WAVES", "./app"][..], "--pmc"),
+            (&["rprof", "--hip-trace", "./app"][..], "--hip-trace"),
+        ] {
+            let e = Cli::try_parse_from(args).expect_err(bad);
+            let arg = unknown_argument(&e).expect("an unknown-argument error");
+            let msg = unknown_option_message(&arg);
+            assert!(msg.contains(bad), "{msg}");
+        }
+        let msg = unknown_option_message("--hip-trace");
+        assert!(
+            msg.contains("rocprofv3 option rprof does not implement"),
+            "{msg}"
+        );
+        let msg = unknown_option_message("--bogus");
+        assert!(msg.contains("unknown option --bogus"), "{msg}");
+        // After the application, or after `--`, options are the app's.
+        let c = parse(&["rprof", "--kernel-trace", "./app", "--bogus", "-x"]);
+        assert_eq!(c.app, vec!["./app", "--bogus", "-x"]);
+        let c = parse(&["rprof", "--kernel-trace", "--", "--weird-app", "-x"]);
+        assert_eq!(c.app, vec!["--weird-app", "-x"]);
+    }
+
+    #[test]
+    fn sys_trace_sets_its_variable_and_traces() {
+        let c = parse(&["rprof", "--sys-trace", "./app"]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        assert!(p.tracing);
+        assert!(p.env.contains(&("RPROF_SYS_TRACE".into(), "1".into())));
+        assert!(parse(&["rprof", "-s", "./app"]).trace.sys_trace);
     }
 
     #[test]

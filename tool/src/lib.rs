@@ -41,8 +41,6 @@
 //! catches panics.
 #![deny(missing_docs)]
 
-// Called once the kernel trace gains its register columns (issue 15); until then only compiled.
-#[allow(dead_code)]
 mod code_objects;
 mod outputs;
 pub mod preload;

@@ -29,7 +29,18 @@ use rprof_tool::report::REPORT_FD_VAR;
 use cli::{Cli, Command as CliCommand, Device, LaunchPlan};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match cli::unknown_argument(&e) {
+            // An option rprof does not know, before the application: a
+            // usage error naming it (never taken for the application).
+            Some(arg) => {
+                eprintln!("{}", cli::unknown_option_message(&arg));
+                std::process::exit(2);
+            }
+            None => e.exit(),
+        },
+    };
     std::process::exit(run(cli));
 }
 
@@ -44,6 +55,15 @@ fn run(cli: Cli) -> i32 {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rprof"));
     let kfd_present = Path::new("/dev/kfd").exists();
     let mut plan = LaunchPlan::from_cli(&cli.trace, kfd_present);
+    if !plan.tracing {
+        // Never silently untraced: without a trace option rprof is a
+        // launcher (for instance onto the emulated GPU), and says so.
+        eprintln!(
+            "rprof: no trace option given (--kernel-trace, --sys-trace, --stats, --rpc-trace): \
+             running {} untraced, nothing is recorded",
+            cli.app[0].to_string_lossy()
+        );
+    }
     let mut env = ChildEnv::default();
     plan.tracing = plan.tracing && config_is_valid(&plan) && env.load_tool(&plan, &exe);
     if !plan.tracing {
@@ -78,6 +98,36 @@ fn merge_files(inputs: &[PathBuf], output: &Path) -> i32 {
     let create = |p: &Path| {
         rprof_core::output::files::create_new_hinted(p, "remove it, or name another output with -o")
     };
+    // rocpd databases (NAME_results.db) merge into one database; traces
+    // into one trace. A mix is refused: the two are different formats.
+    let databases = inputs
+        .iter()
+        .filter(|p| rprof_core::output::rocpd_merge::is_sqlite(p))
+        .count();
+    if databases > 0 {
+        if databases != inputs.len() {
+            eprintln!(
+                "rprof: error: merge takes either rocpd databases or .pftrace traces, not both"
+            );
+            return 2;
+        }
+        return match rprof_core::output::rocpd_merge::merge_databases(&inputs, output, create) {
+            Ok(s) => {
+                eprintln!(
+                    "rprof: wrote {} ({} tables, {} rows from {} databases)",
+                    output.display(),
+                    s.tables,
+                    s.rows,
+                    s.databases
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("rprof: error: merge failed: {e}");
+                1
+            }
+        };
+    }
     match rprof_perfetto::merge::merge(&inputs, output, create) {
         Ok(s) => {
             eprintln!(

@@ -10,10 +10,12 @@ use rprof_core::config::{ensure_parent, TraceConfig};
 use rprof_core::output::csv::CsvSink;
 use rprof_core::output::json::JsonSink;
 use rprof_core::output::perfetto::{PerfettoOptions, PerfettoSink, WriterOptions};
+use rprof_core::output::rocpd::RocpdSink;
 use rprof_core::output::stats::StatsSink;
 use rprof_core::sink::RecordSink;
 
-/// The sinks for `config`: Perfetto, CSV and JSON as listed in its formats,
+/// The sinks for `config`: Perfetto, CSV, JSON and rocpd (`NAME_results.db`,
+/// one database per process) as listed in its formats,
 /// plus the statistics sink with `--stats`.
 ///
 /// Every file is created new ([`rprof_core::output::files::create_new`]):
@@ -67,6 +69,11 @@ fn open_each(
     if config.formats.json {
         let p = path("_results.json")?;
         sinks.push(Box::new(JsonSink::create(&p)?));
+        created.push(p);
+    }
+    if config.formats.rocpd {
+        let p = path("_results.db")?;
+        sinks.push(Box::new(RocpdSink::create(&p)?));
         created.push(p);
     }
     if config.stats {
@@ -130,15 +137,29 @@ mod tests {
             std::fs::read(dir.join("run_kernel_stats.csv")).unwrap(),
             b"earlier"
         );
-        // A free name opens all four.
+        // A free name opens all five.
         std::fs::remove_file(dir.join("run_kernel_stats.csv")).unwrap();
         assert_eq!(
-            open_outputs(&config(&dir, "pftrace,csv,json", true))
+            open_outputs(&config(&dir, "pftrace,csv,json,rocpd", true))
                 .unwrap()
                 .len(),
-            4
+            5
         );
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4);
+        let mut made: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        made.sort();
+        assert_eq!(
+            made,
+            [
+                "run.pftrace",
+                "run_kernel_stats.csv",
+                "run_kernel_trace.csv",
+                "run_results.db",
+                "run_results.json"
+            ]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
