@@ -87,12 +87,130 @@ pub enum Record {
     KernelRegion(crate::marker::KernelRegionRecord),
     /// `roctxNameOsThread`.
     ThreadName(crate::marker::ThreadNameRecord),
+    /// A finished asynchronous memory copy (`--memory-copy-trace`).
+    MemoryCopy(MemoryCopyRecord),
 }
 
-/// A GPU agent as listed in the run's outputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Direction of a memory copy, from the kinds of its two agents, with
+/// rocprofv3's operation names ([`CopyDirection::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, PartialOrd, Ord)]
+pub enum CopyDirection {
+    /// CPU agent to CPU agent.
+    #[default]
+    HostToHost,
+    /// CPU agent to GPU agent.
+    HostToDevice,
+    /// GPU agent to CPU agent.
+    DeviceToHost,
+    /// GPU agent to GPU agent (also every rectangular copy, whose one copy
+    /// agent is both source and destination, as rocprofv3 labels it).
+    DeviceToDevice,
+}
+
+impl CopyDirection {
+    /// Every direction, in rocprofv3's enum order.
+    pub const ALL: [CopyDirection; 4] = [
+        CopyDirection::HostToHost,
+        CopyDirection::HostToDevice,
+        CopyDirection::DeviceToHost,
+        CopyDirection::DeviceToDevice,
+    ];
+
+    /// The direction of a copy from `src` to `dst` agents (`true` = GPU).
+    pub fn from_agents(src_is_gpu: bool, dst_is_gpu: bool) -> Self {
+        match (src_is_gpu, dst_is_gpu) {
+            (false, false) => CopyDirection::HostToHost,
+            (false, true) => CopyDirection::HostToDevice,
+            (true, false) => CopyDirection::DeviceToHost,
+            (true, true) => CopyDirection::DeviceToDevice,
+        }
+    }
+
+    /// rocprofv3's operation name, e.g. `MEMORY_COPY_HOST_TO_DEVICE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyDirection::HostToHost => "MEMORY_COPY_HOST_TO_HOST",
+            CopyDirection::HostToDevice => "MEMORY_COPY_HOST_TO_DEVICE",
+            CopyDirection::DeviceToHost => "MEMORY_COPY_DEVICE_TO_HOST",
+            CopyDirection::DeviceToDevice => "MEMORY_COPY_DEVICE_TO_DEVICE",
+        }
+    }
+
+    /// rocprofv3's operation number (`rocprofiler_memory_copy_operation_t`:
+    /// 1 = host to host ... 4 = device to device).
+    pub fn operation(self) -> u32 {
+        match self {
+            CopyDirection::HostToHost => 1,
+            CopyDirection::HostToDevice => 2,
+            CopyDirection::DeviceToHost => 3,
+            CopyDirection::DeviceToDevice => 4,
+        }
+    }
+}
+
+/// Which AMD-extension entry issued a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyApi {
+    /// `hsa_amd_memory_async_copy`.
+    #[default]
+    AsyncCopy,
+    /// `hsa_amd_memory_async_copy_on_engine` (ROCr >= 6).
+    OnEngine,
+    /// `hsa_amd_memory_async_copy_rect`.
+    Rect,
+}
+
+impl CopyApi {
+    /// The runtime entry's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyApi::AsyncCopy => "hsa_amd_memory_async_copy",
+            CopyApi::OnEngine => "hsa_amd_memory_async_copy_on_engine",
+            CopyApi::Rect => "hsa_amd_memory_async_copy_rect",
+        }
+    }
+}
+
+/// One finished asynchronous memory copy, as the completion path saw it.
+///
+/// Agents are indices into the run's agent table ([`AgentInfo::index`]),
+/// which lists the GPU agents first and then the CPU agents. Times are
+/// `CLOCK_BOOTTIME` ns: `start_ns` and `end_ns` come from ROCr's async-copy
+/// profiling, clamped into `[enqueue_ns, completion observed]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryCopyRecord {
+    /// Correlation id, from the same allocator as the dispatches'.
+    pub correlation_id: u64,
+    /// OS thread id of the thread that called the copy entry.
+    pub thread_id: u32,
+    /// Source agent (index into the run's agent table).
+    pub src_agent: u32,
+    /// Destination agent (index into the run's agent table).
+    pub dst_agent: u32,
+    /// Direction, from the two agents' kinds.
+    pub direction: CopyDirection,
+    /// Which entry issued it.
+    pub api: CopyApi,
+    /// SDMA engine mask asked for (`_on_engine` only; 0 otherwise).
+    pub engine: u32,
+    /// Bytes copied (for a rectangle: `range.x * range.y * range.z`).
+    pub bytes: u64,
+    /// Entry into the copy call.
+    pub enqueue_ns: u64,
+    /// Return from the copy call (the host side of the copy).
+    pub call_end_ns: u64,
+    /// Start of the copy on its engine.
+    pub start_ns: u64,
+    /// End of the copy on its engine.
+    pub end_ns: u64,
+}
+
+/// An agent as listed in the run's outputs: the GPU agents in enumeration
+/// order, then (with `--memory-copy-trace`) the CPU agents.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentInfo {
-    /// Index in enumeration order of GPU agents (0-based).
+    /// Index in the run's agent table: GPU agents in enumeration order from
+    /// 0, CPU agents after them.
     pub index: u32,
     /// ROCr agent name, e.g. `gfx90a`.
     pub name: String,
@@ -102,6 +220,9 @@ pub struct AgentInfo {
     pub handle: u64,
     /// Number of compute units.
     pub compute_units: u32,
+    /// A CPU agent (listed only for the memory-copy trace; kernel records
+    /// never name one).
+    pub cpu: bool,
 }
 
 /// Facts about the traced process written once at the start.
@@ -139,4 +260,6 @@ pub struct RunMetadata {
     pub rpc_unrecognised_waits: u64,
     /// `CLOCK_BOOTTIME` ns when tracing ended.
     pub end_ns: u64,
+    /// Memory copies recorded (`--memory-copy-trace`).
+    pub memory_copies: u64,
 }

@@ -10,13 +10,15 @@
 //! Call order: [`RecordSink::start`] once, then any interleaving of
 //! [`RecordSink::intercept`], [`RecordSink::dispatch`] and
 //! [`RecordSink::rpc_wake`], [`RecordSink::marker`],
-//! [`RecordSink::thread_name`], then
+//! [`RecordSink::thread_name`], [`RecordSink::memory_copy`], then
 //! [`RecordSink::finish`] once. Records are *not* sorted by time: a dispatch
 //! arrives when it completes, after the intercept record of its batch.
 
 use std::io;
 
-use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::record::{
+    AgentInfo, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo, RunMetadata,
+};
 use crate::rpc::RpcWakeRecord;
 
 /// Names of a dispatch's kernel, resolved by the writer from the kernel
@@ -105,6 +107,12 @@ pub trait RecordSink {
     /// threads ignore it.
     fn thread_name(&mut self, thread_id: u32, name: &str) -> io::Result<()> {
         let _ = (thread_id, name);
+        Ok(())
+    }
+    /// One finished asynchronous memory copy (`--memory-copy-trace`).
+    /// Sinks without a copy view ignore it.
+    fn memory_copy(&mut self, rec: &MemoryCopyRecord) -> io::Result<()> {
+        let _ = rec;
         Ok(())
     }
     /// Pushes what is buffered to the file, at a record boundary, so the

@@ -138,6 +138,7 @@ fn agents() -> Vec<AgentInfo> {
             product_name: "MI210".into(),
             handle: 0x1000,
             compute_units: 104,
+            cpu: false,
         },
         AgentInfo {
             index: 1,
@@ -145,6 +146,7 @@ fn agents() -> Vec<AgentInfo> {
             product_name: "MI300X".into(),
             handle: 0x2000,
             compute_units: 304,
+            cpu: false,
         },
     ]
 }
@@ -1295,4 +1297,162 @@ fn rpc_wakes_become_sleep_serve_slices_counters_and_rows() {
     assert_eq!(json["metadata"]["rpc_wakes"], WAKES);
     assert_eq!(json["metadata"]["rpc_unrecognised_waits"], 2);
     assert!(!dir.join("rpc_results.json.rpc.tmp").exists());
+}
+
+#[test]
+fn memory_copies_become_lane_slices_with_flows_and_rows() {
+    use rprof_core::output::csv::CsvSink;
+    use rprof_core::output::json::JsonSink;
+    use rprof_core::record::{CopyApi, CopyDirection, MemoryCopyRecord};
+
+    let dir = tmp("copies");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("copies.pftrace");
+    let csv_path = dir.join("copies_kernel_trace.csv");
+    let json_path = dir.join("copies_results.json");
+    let mut all = agents();
+    all.push(AgentInfo {
+        index: 2,
+        name: "cpu".into(),
+        product_name: "host".into(),
+        handle: 0x3000,
+        compute_units: 2,
+        cpu: true,
+    });
+    let mut sinks: Vec<Box<dyn RecordSink>> = vec![
+        Box::new(PerfettoSink::create(&trace).unwrap()),
+        Box::new(CsvSink::create(&csv_path).unwrap()),
+        Box::new(JsonSink::create(&json_path).unwrap()),
+    ];
+    for s in sinks.iter_mut() {
+        s.start(&run_info(), &all).unwrap();
+    }
+    // 10 H2D copies to GPU 0 that all overlap (one shared signal), 3 D2H from
+    // GPU 1 on engine 0x2, 2 H2H on the CPU: 10 lanes, 1 lane, 1 lane.
+    let mut n = 0u64;
+    let mut copy = |direction, src, dst, engine, api, start: u64, end: u64| {
+        n += 1;
+        MemoryCopyRecord {
+            correlation_id: (u64::from(PID) << 32) + n,
+            thread_id: PID,
+            src_agent: src,
+            dst_agent: dst,
+            direction,
+            api,
+            engine,
+            bytes: 100 * n,
+            enqueue_ns: start - 50,
+            call_end_ns: start - 40,
+            start_ns: start,
+            end_ns: end,
+        }
+    };
+    let mut recs = Vec::new();
+    for i in 0..10 {
+        recs.push(copy(
+            CopyDirection::HostToDevice,
+            2,
+            0,
+            0,
+            CopyApi::AsyncCopy,
+            BASE_NS + 1_000 + i * 10,
+            BASE_NS + 5_000,
+        ));
+    }
+    for i in 0..3 {
+        recs.push(copy(
+            CopyDirection::DeviceToHost,
+            1,
+            2,
+            2,
+            CopyApi::OnEngine,
+            BASE_NS + 10_000 + i * 1_000,
+            BASE_NS + 10_500 + i * 1_000,
+        ));
+    }
+    for i in 0..2 {
+        recs.push(copy(
+            CopyDirection::HostToHost,
+            2,
+            2,
+            0,
+            CopyApi::Rect,
+            BASE_NS + 20_000 + i * 1_000,
+            BASE_NS + 20_500 + i * 1_000,
+        ));
+    }
+    for r in &recs {
+        for s in sinks.iter_mut() {
+            s.memory_copy(r).unwrap();
+        }
+    }
+    let meta = RunMetadata {
+        memory_copies: recs.len() as u64,
+        ..RunMetadata::default()
+    };
+    for s in sinks.iter_mut() {
+        s.finish(&meta).unwrap();
+    }
+
+    let (json, stdout) = check(&trace);
+    assert!(stdout.contains("0 errors"), "{stdout}");
+    let p = parse(json);
+    let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+    let mut lanes: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for s in p.slices() {
+        let name = s["name"].as_str().unwrap().to_owned();
+        if name.starts_with("MEMORY_COPY_") {
+            lanes
+                .entry(p.path_of(s).to_owned())
+                .or_default()
+                .insert(s["track"].as_u64().unwrap());
+            assert_eq!(s["args"]["copy_bytes"].as_u64().unwrap() % 100, 0, "{s:?}");
+        }
+        *by_name.entry(name).or_default() += 1;
+    }
+    assert_eq!(by_name["MEMORY_COPY_HOST_TO_DEVICE"], 10);
+    assert_eq!(by_name["MEMORY_COPY_DEVICE_TO_HOST"], 3);
+    assert_eq!(by_name["MEMORY_COPY_HOST_TO_HOST"], 2);
+    assert_eq!(by_name["hsa_amd_memory_async_copy"], 10);
+    assert_eq!(by_name["hsa_amd_memory_async_copy_on_engine"], 3);
+    assert_eq!(by_name["hsa_amd_memory_async_copy_rect"], 2);
+    let lanes: BTreeMap<String, usize> = lanes.into_iter().map(|(k, v)| (k, v.len())).collect();
+    assert_eq!(
+        lanes,
+        BTreeMap::from([
+            ("CPU 2 (cpu) / copies / copies".to_owned(), 1),
+            ("GPU 0 (gfx90a) / copies / copies".to_owned(), 10),
+            (
+                "GPU 1 (gfx942) / copies engine 0x2 / copies engine 0x2".to_owned(),
+                1
+            ),
+        ])
+    );
+    assert_eq!(p.json["flows"].as_array().unwrap().len(), recs.len());
+
+    let csv = std::fs::read_to_string(dir.join("copies_memory_copy_trace.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        rows[0],
+        "Kind,Direction,Stream_Id,Source_Agent_Id,Destination_Agent_Id,Correlation_Id,Start_Timestamp,End_Timestamp,Bytes"
+    );
+    assert_eq!(rows.len(), 1 + recs.len());
+    assert_eq!(
+        rows[11],
+        format!(
+            "MEMORY_COPY,MEMORY_COPY_DEVICE_TO_HOST,0,Agent 1,Agent 2,{},{},{},1100",
+            (u64::from(PID) << 32) + 11,
+            BASE_NS + 10_000,
+            BASE_NS + 10_500
+        )
+    );
+    let j: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let copies = j["memory_copies"].as_array().unwrap();
+    assert_eq!(copies.len(), recs.len());
+    assert_eq!(copies[10]["operation"], "MEMORY_COPY_DEVICE_TO_HOST");
+    assert_eq!(copies[10]["api"], "hsa_amd_memory_async_copy_on_engine");
+    assert_eq!(copies[10]["engine"], 2);
+    assert_eq!(j["metadata"]["memory_copies"], 15);
+    assert_eq!(j["agents"][2]["type"], "CPU");
 }

@@ -9,7 +9,7 @@
 //! ROCr's `BlitSdma` (gfx9 `V4` / gfx10 `V5` flavour: 64-bit monotonic byte indices, `count = size - 1`) writes
 //! packets into a byte ring, stores the new write index to `*Queue_write_ptr` and to the doorbell. The engine
 //! executes packets from its read index up to the doorbell value and publishes the read index through
-//! `*Queue_read_ptr`. Packets (layouts as in ROCr's `sdma_registers.h`): NOP (a zero dword), COPY_LINEAR,
+//! `*Queue_read_ptr`. Packets (layouts as in ROCr's `sdma_registers.h`): NOP (a zero dword), COPY_LINEAR, COPY_LINEAR_RECT,
 //! CONST_FILL (dword fill), FENCE (32-bit store), TRAP (interrupt: fire event `int_ctx`), POLL_REGMEM (memory poll
 //! "equal"; the register form used for HDP flushes is retired), ATOMIC (64-bit add), TIMESTAMP (GPU ticks) and GCR
 //! (cache control, retired). An unknown opcode stops the queue. Copies take no modelled time.
@@ -29,6 +29,7 @@ const OP_CONST_FILL: u32 = 11;
 const OP_TIMESTAMP: u32 = 13;
 const OP_GCR: u32 = 17;
 const SUBOP_COPY_LINEAR: u32 = 0;
+const SUBOP_COPY_LINEAR_RECT: u32 = 4;
 const ATOMIC_ADD64: u32 = 47;
 
 /// State of one SDMA queue, owned by the command processor's queue list.
@@ -123,6 +124,13 @@ pub fn step(emu: &Emulator, dw: &[u32]) -> Step {
             count(emu, ok);
             Step::Done(28)
         }
+        OP_COPY if sub_op == SUBOP_COPY_LINEAR_RECT => {
+            if !need(13) {
+                return Step::Wait;
+            }
+            count(emu, copy_rect(emu, header, dw));
+            Step::Done(52)
+        }
         OP_CONST_FILL => {
             if !need(5) {
                 return Step::Wait;
@@ -200,6 +208,56 @@ pub fn step(emu: &Emulator, dw: &[u32]) -> Step {
         OP_GCR => Step::Done(20),
         _ => Step::Halt,
     }
+}
+
+/// One side of a COPY_LINEAR_RECT packet: base, offsets and pitches, in
+/// elements (the packet stores pitches minus one).
+struct RectSide {
+    base: usize,
+    x: usize,
+    y: usize,
+    z: usize,
+    pitch: usize,
+    slice: usize,
+}
+
+impl RectSide {
+    /// The side whose five dwords start at `d` (address lo/hi, x|y, z|pitch, slice).
+    fn parse(d: &[u32]) -> RectSide {
+        RectSide {
+            base: addr(d[0], d[1]),
+            x: (d[2] & 0x3fff) as usize,
+            y: ((d[2] >> 16) & 0x3fff) as usize,
+            z: (d[3] & 0x7ff) as usize,
+            pitch: (d[3] >> 13) as usize + 1,
+            slice: (d[4] & 0x0fff_ffff) as usize + 1,
+        }
+    }
+
+    /// Byte address of row `y`, slice `z` of the rectangle (element size `e`).
+    fn row(&self, e: usize, y: usize, z: usize) -> usize {
+        self.base + e * (self.x + (self.y + y) * self.pitch + (self.z + z) * self.slice)
+    }
+}
+
+/// COPY_LINEAR_RECT (pre-gfx12 layout, ROCr's `hsa_amd_memory_async_copy_rect`): `rect_x` elements of
+/// `1 << element` bytes per row, `rect_y` rows, `rect_z` slices (all stored minus one). Returns whether every row
+/// was copied.
+fn copy_rect(emu: &Emulator, header: u32, dw: &[u32]) -> bool {
+    let e = 1usize << ((header >> 29) & 7);
+    let (src, dst) = (RectSide::parse(&dw[1..6]), RectSide::parse(&dw[6..11]));
+    let rect_x = (dw[11] & 0x3fff) as usize + 1;
+    let rect_y = ((dw[11] >> 16) & 0x3fff) as usize + 1;
+    let rect_z = (dw[12] & 0x7ff) as usize + 1;
+    let len = rect_x * e;
+    let mut ok = true;
+    for z in 0..rect_z {
+        for y in 0..rect_y {
+            let (s, d) = (src.row(e, y, z), dst.row(e, y, z));
+            ok &= emu.memory.view().copy(d, s, len) || crate::memory::copy_untrusted(d, s, len);
+        }
+    }
+    ok
 }
 
 fn count(emu: &Emulator, ok: bool) {

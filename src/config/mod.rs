@@ -12,6 +12,7 @@
 //! | `RPROF_RPC_TRACE` | trace RPC doorbell waits | off |
 //! | `RPROF_MARKER_TRACE` | record ROCTx marks and ranges (needs the library preloaded) | off |
 //! | `RPROF_KERNEL_RENAME` | name kernels after their enclosing ROCTx range | off |
+//! | `RPROF_MEMORY_COPY_TRACE` | record asynchronous memory copies | off |
 //! | `RPROF_SERIALIZE_KERNELS` | one kernel at a time per GPU | off |
 //! | `RPROF_STATS` | per-kernel statistics at exit | off |
 //! | `RPROF_TRUNCATE_KERNELS` | keep only the base name of kernels | off |
@@ -149,6 +150,8 @@ pub struct TraceConfig {
     pub marker_trace: bool,
     /// Name kernels after their innermost enclosing ROCTx push/pop range.
     pub kernel_rename: bool,
+    /// Record asynchronous memory copies (`--memory-copy-trace`).
+    pub memory_copy_trace: bool,
 }
 
 /// A configuration value that rprof cannot use. The message names the
@@ -304,6 +307,7 @@ impl TraceConfig {
         let sys_trace = parse_bool(env, "RPROF_SYS_TRACE")?;
         let kernel_trace = parse_bool(env, "RPROF_KERNEL_TRACE")? || sys_trace;
         let rpc_trace = parse_bool(env, "RPROF_RPC_TRACE")?;
+        let memory_copy_trace = parse_bool(env, "RPROF_MEMORY_COPY_TRACE")? || sys_trace;
         let serialize_kernels = parse_bool(env, "RPROF_SERIALIZE_KERNELS")?;
         let stats = parse_bool(env, "RPROF_STATS")?;
         let truncate_kernels = parse_bool(env, "RPROF_TRUNCATE_KERNELS")?;
@@ -326,7 +330,13 @@ impl TraceConfig {
         let tuning = Tuning::from_source(env)?;
         let marker_trace = parse_bool(env, "RPROF_MARKER_TRACE")? || sys_trace;
         let kernel_rename = parse_bool(env, "RPROF_KERNEL_RENAME")?;
-        if !(kernel_trace || rpc_trace || serialize_kernels || stats || marker_trace) {
+        if !(kernel_trace
+            || rpc_trace
+            || serialize_kernels
+            || stats
+            || marker_trace
+            || memory_copy_trace)
+        {
             return Ok(None);
         }
         Ok(Some(TraceConfig {
@@ -345,6 +355,7 @@ impl TraceConfig {
             tuning,
             marker_trace,
             kernel_rename,
+            memory_copy_trace,
         }))
     }
 
@@ -463,7 +474,7 @@ mod tests {
         let c = TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "1")]), &facts())
             .unwrap()
             .unwrap();
-        assert!(c.kernel_trace && c.marker_trace && !c.rpc_trace);
+        assert!(c.kernel_trace && c.marker_trace && c.memory_copy_trace && !c.rpc_trace);
         assert!(
             TraceConfig::from_source(&env(&[("RPROF_SYS_TRACE", "0")]), &facts())
                 .unwrap()

@@ -90,7 +90,7 @@ fn release<A: smallvec::Array>(mut v: SmallVec<A>) -> Vec<A::Item> {
 type BatchSignals<S> = SmallVec<[S; BATCH_INLINE_DISPATCHES]>;
 
 /// Decrements a counter when dropped (also on unwinding).
-struct CountedCall<'a>(&'a AtomicU64);
+pub(super) struct CountedCall<'a>(pub(super) &'a AtomicU64);
 
 impl Drop for CountedCall<'_> {
     fn drop(&mut self) {

@@ -156,8 +156,10 @@ impl<S: DispatchSignal> Engine<S> {
             serial_idle: 0,
         };
         let sleeper = self.completion_wake.sleeper();
+        let mut copies = Vec::with_capacity(self.copies.capacity());
         loop {
             self.take_published(&mut tracked);
+            let copies_done = self.poll_copies(backend, &mut copies);
             let scan = self.scan(backend, &mut tracked, pass);
             pass = pass.wrapping_add(1);
             self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
@@ -166,15 +168,26 @@ impl<S: DispatchSignal> Engine<S> {
             } else {
                 0
             };
+            self.settle_copies(&mut copies);
             match self.settle_at_stop(&mut tracked) {
                 AfterStop::Run => {}
                 AfterStop::Again => continue,
-                AfterStop::Return => return,
+                AfterStop::Return => {
+                    self.forget_copies(&mut copies);
+                    return;
+                }
             }
             let serial_changed =
                 self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
-            let progress = scan.done > 0 || dropped > 0 || serial_changed;
-            self.rest(&sleeper, &mut idle, progress, &scan, tracked.is_empty());
+            let progress = scan.done > 0 || dropped > 0 || serial_changed || copies_done > 0;
+            // The app waits for each copy's signal, which this thread
+            // completes: copies in flight make the rest latency-bound.
+            let scan = Scan {
+                latency_bound: scan.latency_bound || !copies.is_empty(),
+                ..scan
+            };
+            let nothing_tracked = tracked.is_empty() && copies.is_empty();
+            self.rest(&sleeper, &mut idle, progress, &scan, nothing_tracked);
         }
     }
 
@@ -366,6 +379,7 @@ impl<S: DispatchSignal> Engine<S> {
         } else if nothing_tracked {
             sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
                 !self.pending.is_empty()
+                    || !self.copies.is_empty()
                     || (self.state.load(Ordering::Acquire) >= STOP_COMPLETION
                         && (!self.records_closed.load(Ordering::Acquire)
                             || !self.keep_guard.load(Ordering::Acquire)))
@@ -376,7 +390,7 @@ impl<S: DispatchSignal> Engine<S> {
             // host-forwarded signal, are this thread's latency.
             idle.serial_idle += 1;
             sleeper.pause(SERIAL_PACE, idle.serial_idle, SleepKind::Backoff, || {
-                !self.pending.is_empty()
+                !self.pending.is_empty() || !self.copies.is_empty()
             });
         } else {
             sleeper.sleep(SleepKind::Backoff, idle.backoff.step(), || {
@@ -436,7 +450,7 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     /// [`clamp_times`], counting the timestamps it moved.
-    fn clamp_counted(
+    pub(super) fn clamp_counted(
         &self,
         enqueue_ns: u64,
         observed: u64,
@@ -456,7 +470,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// makes progress (back-pressure, never loss); a writer that takes
     /// nothing for WRITER_STALL is stuck, and a gone or stuck writer's
     /// records are dropped (counted lost) instead of waited for.
-    fn push_record(&self, mut rec: Record) {
+    pub(super) fn push_record(&self, mut rec: Record) {
         let mut seen = self.writer_progress.load(Ordering::Acquire);
         let mut wait = None::<Wait>;
         loop {

@@ -50,6 +50,13 @@
 //!   ([`QueueContext`], [`InFlight`], [`SerialGate`]);
 //! - `completion`: the completion thread; `writer`: the writer thread and
 //!   the sinks' failure bookkeeping; [`ids`]: ids, thread id, clock.
+//! - `copies`: asynchronous memory copies (`--memory-copy-trace`):
+//!   [`Engine::trace_copy`] on the app's thread (a pooled signal in place of
+//!   the app's completion signal, an id from the same allocator), and the
+//!   completion thread's copy pass, which reads the copy's times
+//!   ([`CompletionBackend::copy_time`]), decrements the app's signal once
+//!   ([`CompletionBackend::forward`]) and hands a
+//!   [`MemoryCopyRecord`](crate::record::MemoryCopyRecord) to the writer.
 //! - This file: the shared [`Engine`] state, its options and its lifecycle
 //!   (shutdown, fork, failed threads).
 //!
@@ -61,6 +68,7 @@
 
 mod batch;
 mod completion;
+mod copies;
 pub mod ids;
 mod inflight;
 mod ring;
@@ -72,6 +80,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 
 pub use batch::{PacketBatch, BATCH_INLINE_DISPATCHES, BATCH_INLINE_PACKETS};
+pub use copies::CopyInFlight;
 pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
 pub use inflight::{GateState, InFlight, QueueContext, SerialGate};
 pub use ring::{hardware_ring_takes, hardware_slots};
@@ -115,6 +124,12 @@ pub trait CompletionBackend: Send + Sync {
     /// Decrements an application's completion signal by 1 (release), as the
     /// packet processor would have (host forwarding).
     fn forward(&self, app_signal: u64);
+    /// `(start, end)` of the async memory copy that completed `signal`, in
+    /// `CLOCK_BOOTTIME` ns, or `None` if the runtime cannot tell.
+    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
+        let _ = signal;
+        None
+    }
 }
 
 /// Tuning of an [`Engine`].
@@ -217,6 +232,11 @@ pub struct Engine<S> {
     /// records that do not fit are dropped (counted lost) instead of
     /// waited for, until it moves again.
     writer_stalled: AtomicBool,
+    /// Traced memory copies published to the completion thread.
+    copies: ArrayQueue<CopyInFlight<S>>,
+    /// Traced memory copies not yet retired (bounded by `copies`'
+    /// capacity: a copy beyond it runs untraced).
+    copies_out: AtomicU64,
 }
 
 /// Longest the completion thread waits for a writer that takes no record
@@ -268,6 +288,8 @@ impl<S: DispatchSignal> Engine<S> {
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),
             writer_stalled: AtomicBool::new(false),
+            copies: ArrayQueue::new(options.max_in_flight.max(1)),
+            copies_out: AtomicU64::new(0),
             options,
         }
     }
@@ -463,6 +485,7 @@ impl<S: DispatchSignal> Engine<S> {
             rpc_wakes: 0,
             rpc_unrecognised_waits: self.counters.rpc_unrecognised.load(Ordering::Relaxed),
             end_ns: boottime_ns(),
+            memory_copies: 0,
         }
     }
 }

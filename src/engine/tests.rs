@@ -3,7 +3,9 @@
 //! back-pressure is exercised.
 
 use super::*;
-use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo};
+use crate::record::{
+    AgentInfo, CopyDirection, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo,
+};
 use crate::sink::{KernelInfo, RecordSink};
 use hsa_sys::{
     HSA_PACKET_HEADER_TYPE, HSA_PACKET_TYPE_BARRIER_AND, HSA_PACKET_TYPE_KERNEL_DISPATCH,
@@ -104,6 +106,9 @@ impl CompletionBackend for FakeBackend {
     fn open_gate(&self, signal: u64) {
         self.signals.value[Signals::idx(signal)].store(0, Ordering::SeqCst);
     }
+    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
+        self.dispatch_time(0, signal)
+    }
     fn dispatch_time(&self, _agent: u64, signal: u64) -> Option<(u64, u64)> {
         let i = Signals::idx(signal);
         Some((
@@ -183,6 +188,7 @@ struct Collected {
     started: bool,
     intercepts: Vec<InterceptRecord>,
     dispatches: Vec<(DispatchRecord, String)>,
+    copies: Vec<MemoryCopyRecord>,
     finished: Option<RunMetadata>,
 }
 
@@ -203,6 +209,10 @@ impl RecordSink for CollectSink {
             .unwrap()
             .dispatches
             .push((*rec, kernel.display_name.to_string()));
+        Ok(())
+    }
+    fn memory_copy(&mut self, rec: &MemoryCopyRecord) -> std::io::Result<()> {
+        self.0.lock().unwrap().copies.push(*rec);
         Ok(())
     }
     fn finish(&mut self, meta: &RunMetadata) -> std::io::Result<()> {
@@ -1621,4 +1631,176 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
         "completion thread allocated {in_completion} times over {} dispatches",
         N + 1000
     );
+}
+
+/// A copy from CPU agent 1 to GPU agent 0 of `bytes`.
+fn h2d(bytes: u64) -> MemoryCopyRecord {
+    MemoryCopyRecord {
+        src_agent: 1,
+        dst_agent: 0,
+        direction: CopyDirection::HostToDevice,
+        bytes,
+        ..Default::default()
+    }
+}
+
+impl Harness {
+    /// One traced copy whose runtime call accepts it (returns 0); the
+    /// completion signal the runtime got.
+    fn copy(&self, app_signal: u64, rec: MemoryCopyRecord) -> u64 {
+        let mut got = None;
+        let status = self.engine.trace_copy(
+            &*self.pool,
+            app_signal,
+            rec,
+            |signal| {
+                got = Some(signal);
+                0u32
+            },
+            |st| *st == 0,
+        );
+        assert_eq!(status, 0);
+        got.expect("the runtime was called")
+    }
+
+    /// The copy engine finishing the copy that completes `signal`.
+    fn finish_copy(&self, signal: u64, start: u64, end: u64) {
+        let i = Signals::idx(signal);
+        self.signals.start[i].store(start, Ordering::SeqCst);
+        self.signals.end[i].store(end, Ordering::SeqCst);
+        self.signals.value[i].fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn wait_value(&self, signal: u64, value: i64) {
+        let t0 = Instant::now();
+        while self.signals.value[Signals::idx(signal)].load(Ordering::SeqCst) != value {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "signal {signal} never reached {value}"
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn copies_sharing_an_app_signal_decrement_it_once_each_and_are_recorded() {
+    let h = Harness::new(8, Names::default());
+    let app = 2500u64;
+    h.signals.value[Signals::idx(app)].store(4, Ordering::SeqCst);
+    let t0 = boottime_ns();
+    let ours: Vec<u64> = (1..=4).map(|n| h.copy(app, h2d(1000 * n))).collect();
+    assert!(
+        ours.iter().all(|&s| s != app && s <= 8),
+        "pooled signals: {ours:?}"
+    );
+    assert_eq!(h.engine.copies_in_flight(), 4);
+    for (k, &s) in ours.iter().enumerate() {
+        // Not before its copy is done...
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(
+            h.signals.value[Signals::idx(app)].load(Ordering::SeqCst),
+            4 - k as i64
+        );
+        let start = boottime_ns();
+        h.finish_copy(s, start, start + 100);
+        // ...then exactly one decrement.
+        h.wait_value(app, 3 - k as i64);
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(h.signals.value[Signals::idx(app)].load(Ordering::SeqCst), 0);
+    assert_eq!(h.engine.copies_in_flight(), 0);
+    // Every pooled signal came back.
+    assert_eq!(h.pool.available(), 8);
+    let (outcome, collected, _) = h.finish();
+    assert_eq!(outcome.metadata.memory_copies, 4);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    let mut bytes: Vec<u64> = collected.copies.iter().map(|c| c.bytes).collect();
+    bytes.sort();
+    assert_eq!(bytes, [1000, 2000, 3000, 4000]);
+    let ids: HashSet<u64> = collected.copies.iter().map(|c| c.correlation_id).collect();
+    assert_eq!(ids.len(), 4);
+    for c in &collected.copies {
+        assert_eq!(c.correlation_id >> 32, 42, "same id space as dispatches");
+        assert!(c.enqueue_ns >= t0 && c.call_end_ns >= c.enqueue_ns);
+        assert_eq!(c.end_ns - c.start_ns, 100);
+        assert_eq!(c.direction, CopyDirection::HostToDevice);
+        assert_eq!((c.src_agent, c.dst_agent), (1, 0));
+    }
+}
+
+#[test]
+fn a_refused_copy_gives_its_signal_back_and_records_nothing() {
+    let h = Harness::new(4, Names::default());
+    let app = 2500u64;
+    h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+    let mut got = 0;
+    let status = h.engine.trace_copy(
+        &*h.pool,
+        app,
+        h2d(64),
+        |signal| {
+            got = signal;
+            7u32
+        },
+        |st| *st == 0,
+    );
+    assert_eq!(status, 7, "the runtime's status goes back to the app");
+    assert_ne!(got, app);
+    assert_eq!(h.pool.available(), 4);
+    assert_eq!(h.engine.copies_in_flight(), 0);
+    assert_eq!(h.engine.in_flight(), 0);
+    let (outcome, collected, _) = h.finish();
+    assert_eq!(outcome.metadata.memory_copies, 0);
+    assert!(collected.copies.is_empty());
+}
+
+#[test]
+fn a_zero_signal_or_an_empty_pool_runs_the_copy_with_the_apps_signal() {
+    let h = Harness::new(2, Names::default());
+    // A zero handle: passed through, so the runtime gives its own error.
+    let mut got = u64::MAX;
+    h.engine
+        .trace_copy(&*h.pool, 0, h2d(8), |s| got = s, |_| true);
+    assert_eq!(got, 0);
+    // No free signal: the app's own signal, untraced, counted lost.
+    let held: Vec<_> = (0..2).map(|_| h.pool.try_acquire().unwrap()).collect();
+    let app = 2500u64;
+    h.engine
+        .trace_copy(&*h.pool, app, h2d(8), |s| got = s, |_| true);
+    assert_eq!(got, app);
+    drop(held);
+    let (outcome, collected, _) = h.finish();
+    assert_eq!(outcome.metadata.records_lost, 1);
+    assert_eq!(outcome.metadata.memory_copies, 0);
+    assert!(collected.copies.is_empty());
+}
+
+#[test]
+fn a_copy_still_running_at_shutdown_is_counted_lost_and_still_forwarded() {
+    let h = Harness::new(4, Names::default());
+    let app = 2500u64;
+    h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+    let ours = h.copy(app, h2d(8));
+    // The flush's wait ends with the copy still running.
+    h.engine.keep_guard_after_stop();
+    assert_eq!(h.engine.begin_shutdown(Duration::from_millis(50)), 1);
+    let t0 = Instant::now();
+    while !h.engine.records_closed() {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        std::thread::yield_now();
+    }
+    // The copy ends later: the app's signal still completes.
+    h.finish_copy(ours, 1, 2);
+    h.wait_value(app, 0);
+    h.engine.stop_guard();
+    h.device.stop.store(true, Ordering::SeqCst);
+    let mut h = h;
+    for t in h.threads.drain(..) {
+        t.join().unwrap();
+    }
+    h.engine.stop_writer();
+    let outcome = h.writer.take().unwrap().join().unwrap();
+    assert_eq!(outcome.metadata.records_lost, 1);
+    assert_eq!(outcome.metadata.memory_copies, 0);
 }

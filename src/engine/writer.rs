@@ -100,6 +100,7 @@ struct Tally {
     markers: u64,
     process_ranges: crate::marker::ProcessRanges,
     kernel_regions: crate::marker::KernelRegions,
+    memory_copies: u64,
 }
 
 /// Most records taken off the queue between two flush checks.
@@ -148,6 +149,7 @@ impl<S: DispatchSignal> Engine<S> {
         metadata.dispatches = tally.dispatches;
         metadata.filtered_out = tally.filtered_out;
         metadata.rpc_wakes = tally.rpc_wakes;
+        metadata.memory_copies = tally.memory_copies;
         sinks.each("finish", |s| s.finish(&metadata));
         WriterOutcome {
             metadata,
@@ -209,6 +211,10 @@ fn write_record(
                 tally.markers += 1;
                 sinks.each("marker", |s| s.marker(&m));
             }
+        }
+        Record::MemoryCopy(c) => {
+            tally.memory_copies += 1;
+            sinks.each("memory_copy", |s| s.memory_copy(&c));
         }
         Record::KernelRegion(r) => tally.kernel_regions.add(&r),
         Record::ThreadName(t) => sinks.each("thread_name", |s| s.thread_name(t.thread_id, t.name)),

@@ -5,7 +5,10 @@
 //! with `--rpc-trace`, `NAME_rpc_trace.csv`: one row per RPC doorbell wake
 //! (created on the first wake, so runs without RPC traffic get no file);
 //! and, with `--marker-trace`, `NAME_marker_api_trace.csv`: one row per ROCTx
-//! mark or range, with rocprofv3's columns (created on the first marker).
+//! mark or range, with rocprofv3's columns (created on the first marker);
+//! and, with `--memory-copy-trace`, `NAME_memory_copy_trace.csv`: one row
+//! per async memory copy, rocprofv3's columns plus `Bytes` (created on the
+//! first copy).
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -75,7 +78,21 @@ pub const MARKER_API_TRACE_COLUMNS: [&str; 7] = [
     "End_Timestamp",
 ];
 
-/// Streams kernel dispatches (and RPC wakes, ROCTx markers) to CSV files.
+/// The header row of `NAME_memory_copy_trace.csv`: rocprofv3's columns,
+/// then `Bytes`.
+pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
+    "Kind",
+    "Direction",
+    "Stream_Id",
+    "Source_Agent_Id",
+    "Destination_Agent_Id",
+    "Correlation_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "Bytes",
+];
+
+/// Streams kernel dispatches (and RPC wakes, ROCTx markers, memory copies) to CSV files.
 #[derive(Debug)]
 pub struct CsvSink {
     out: csv::Writer<BufWriter<File>>,
@@ -84,6 +101,8 @@ pub struct CsvSink {
     marker_path: std::path::PathBuf,
     markers: Option<csv::Writer<BufWriter<File>>>,
     pid: u32,
+    copies_path: std::path::PathBuf,
+    copies: Option<csv::Writer<BufWriter<File>>>,
 }
 
 /// `X_kernel_trace.csv` → `X_marker_api_trace.csv` (other names get
@@ -93,6 +112,16 @@ pub fn marker_trace_path(kernel_trace: &Path) -> std::path::PathBuf {
     match s.strip_suffix("_kernel_trace.csv") {
         Some(stem) => format!("{stem}_marker_api_trace.csv").into(),
         None => format!("{s}.marker.csv").into(),
+    }
+}
+
+/// `X_kernel_trace.csv` → `X_memory_copy_trace.csv` (other names get
+/// `.memory_copy.csv`).
+pub fn memory_copy_trace_path(kernel_trace: &Path) -> std::path::PathBuf {
+    let s = kernel_trace.to_string_lossy();
+    match s.strip_suffix("_kernel_trace.csv") {
+        Some(stem) => format!("{stem}_memory_copy_trace.csv").into(),
+        None => format!("{s}.memory_copy.csv").into(),
     }
 }
 
@@ -121,6 +150,8 @@ impl CsvSink {
             marker_path: marker_trace_path(path),
             markers: None,
             pid: 0,
+            copies_path: memory_copy_trace_path(path),
+            copies: None,
         })
     }
 }
@@ -224,11 +255,40 @@ impl RecordSink for CsvSink {
         w.write_record(None::<&[u8]>).map_err(to_io)
     }
 
+    fn memory_copy(&mut self, r: &crate::record::MemoryCopyRecord) -> io::Result<()> {
+        if self.copies.is_none() {
+            let file = BufWriter::new(super::files::create_new(&self.copies_path)?);
+            let mut w = csv::Writer::from_writer(file);
+            w.write_record(MEMORY_COPY_TRACE_COLUMNS).map_err(to_io)?;
+            self.copies = Some(w);
+        }
+        let Some(w) = self.copies.as_mut() else {
+            return Ok(());
+        };
+        let mut b = itoa::Buffer::new();
+        let mut field = |w: &mut csv::Writer<_>, v: u64| w.write_field(b.format(v)).map_err(to_io);
+        w.write_field("MEMORY_COPY").map_err(to_io)?;
+        w.write_field(r.direction.name()).map_err(to_io)?;
+        field(w, 0)?;
+        w.write_field(format!("Agent {}", r.src_agent))
+            .map_err(to_io)?;
+        w.write_field(format!("Agent {}", r.dst_agent))
+            .map_err(to_io)?;
+        field(w, r.correlation_id)?;
+        field(w, r.start_ns)?;
+        field(w, r.end_ns)?;
+        field(w, r.bytes)?;
+        w.write_record(None::<&[u8]>).map_err(to_io)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         if let Some(w) = self.rpc.as_mut() {
             w.flush()?;
         }
         if let Some(w) = self.markers.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.copies.as_mut() {
             w.flush()?;
         }
         self.out.flush()

@@ -7,11 +7,14 @@
 //! { "rprof_version": "...", "run": {...}, "agents": [...],
 //!   "kernel_dispatches": [ {...}, ... ],
 //!   "rpc_wakes": [ {...}, ... ],
+//!   "marker_api": [ {...}, ... ],
+//!   "memory_copies": [ {...}, ... ],
 //!   "metadata": {...} }
 //! ```
 //!
-//! RPC wakes (`--rpc-trace`) arrive interleaved with dispatches; they are
-//! spooled to a temporary file next to the output and copied in at the end,
+//! RPC wakes (`--rpc-trace`), ROCTx markers (`--marker-trace`) and memory
+//! copies (`--memory-copy-trace`) arrive interleaved with dispatches; they are
+//! spooled to temporary files next to the output and copied in at the end,
 //! so memory stays bounded.
 
 use std::fs::File;
@@ -33,6 +36,26 @@ pub struct JsonSink {
     spool: Option<BufWriter<File>>,
     /// ROCTx markers (`--marker-trace`), spooled until `finish`.
     marker_spool: Option<BufWriter<std::fs::File>>,
+    /// Memory copies, spooled like the RPC wakes until `finish`.
+    copies: Option<BufWriter<File>>,
+}
+
+/// One memory copy in `memory_copies` (rocprofv3's field names where it
+/// has them).
+#[derive(Serialize)]
+struct JsonMemoryCopy {
+    kind: &'static str,
+    operation: &'static str,
+    correlation_id: u64,
+    thread_id: u32,
+    src_agent_id: u32,
+    dst_agent_id: u32,
+    bytes: u64,
+    api: &'static str,
+    engine: u32,
+    enqueue_ns: u64,
+    start_timestamp: u64,
+    end_timestamp: u64,
 }
 
 #[derive(Serialize)]
@@ -67,6 +90,8 @@ struct JsonAgent<'a> {
     product_name: &'a str,
     handle: u64,
     compute_units: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 #[derive(Serialize)]
@@ -107,6 +132,7 @@ struct JsonMeta {
     rpc_wakes: u64,
     rpc_unrecognised_waits: u64,
     end_ns: u64,
+    memory_copies: u64,
 }
 
 /// One ROCTx mark or range in `marker_api` (rocprofv3's record fields,
@@ -139,6 +165,7 @@ impl JsonSink {
             spool_path: spool_path.into(),
             spool: None,
             marker_spool: None,
+            copies: None,
         })
     }
 }
@@ -173,6 +200,7 @@ impl RecordSink for JsonSink {
                     product_name: &a.product_name,
                     handle: a.handle,
                     compute_units: a.compute_units,
+                    kind: if a.cpu { "CPU" } else { "GPU" },
                 },
             )?;
         }
@@ -276,6 +304,37 @@ impl RecordSink for JsonSink {
         )
     }
 
+    fn memory_copy(&mut self, r: &crate::record::MemoryCopyRecord) -> io::Result<()> {
+        let first = self.copies.is_none();
+        if first {
+            let dir = self.spool_path.parent().unwrap_or(Path::new("."));
+            self.copies = Some(BufWriter::new(super::files::spool_file(dir)?));
+        }
+        let Some(w) = self.copies.as_mut() else {
+            return Ok(());
+        };
+        if !first {
+            w.write_all(b",\n")?;
+        }
+        ser(
+            w,
+            &JsonMemoryCopy {
+                kind: "MEMORY_COPY",
+                operation: r.direction.name(),
+                correlation_id: r.correlation_id,
+                thread_id: r.thread_id,
+                src_agent_id: r.src_agent,
+                dst_agent_id: r.dst_agent,
+                bytes: r.bytes,
+                api: r.api.name(),
+                engine: r.engine,
+                enqueue_ns: r.enqueue_ns,
+                start_timestamp: r.start_ns,
+                end_timestamp: r.end_ns,
+            },
+        )
+    }
+
     fn finish(&mut self, m: &RunMetadata) -> io::Result<()> {
         self.out.write_all(b"\n],\"rpc_wakes\":[\n")?;
         if let Some(spool) = self.spool.take() {
@@ -285,6 +344,12 @@ impl RecordSink for JsonSink {
         }
         self.out.write_all(b"\n],\"marker_api\":[\n")?;
         if let Some(spool) = self.marker_spool.take() {
+            let mut f = spool.into_inner().map_err(|e| e.into_error())?;
+            io::Seek::rewind(&mut f)?;
+            io::copy(&mut f, &mut self.out)?;
+        }
+        self.out.write_all(b"\n],\"memory_copies\":[\n")?;
+        if let Some(spool) = self.copies.take() {
             let mut f = spool.into_inner().map_err(|e| e.into_error())?;
             io::Seek::rewind(&mut f)?;
             io::copy(&mut f, &mut self.out)?;
@@ -301,6 +366,7 @@ impl RecordSink for JsonSink {
                 rpc_wakes: m.rpc_wakes,
                 rpc_unrecognised_waits: m.rpc_unrecognised_waits,
                 end_ns: m.end_ns,
+                memory_copies: m.memory_copies,
             },
         )?;
         self.out.write_all(b"}\n")?;

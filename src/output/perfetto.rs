@@ -13,11 +13,20 @@
 //! GPU <index> (<agent name>)                custom track per agent
 //!   queue <queue_id>                        custom track per queue
 //!     queue <queue_id>  (lane 0, 1, ...)    child tracks; kernel slices live here
+//!   copies [engine <mask>]                  custom track per agent and engine (--memory-copy-trace)
+//!     copies  (lane 0, 1, ...)              child tracks; one slice per copy, named by its direction
+//! CPU <index> (<agent name>)                custom track of a CPU agent (host-to-host copies)
 //! kernels                                   one `kernel symbol` instant per distinct kernel
 //!                                           (static info; the kernel's name is its `kernel_name`
 //!                                           arg, so a count of slices by a kernel's name is
 //!                                           exactly its dispatches)
 //! ```
+//!
+//! A memory copy is a slice on the copy track of the agent that does it
+//! (the GPU side; a host-to-host copy the CPU's), named by rocprofv3's
+//! direction name (`MEMORY_COPY_HOST_TO_DEVICE`, ...), with a flow from a
+//! slice named after the runtime entry (`hsa_amd_memory_async_copy`, ...)
+//! on the calling thread's track.
 //!
 //! Records arrive in completion order. Every slice is written as a
 //! BEGIN/END pair at once; trace_processor sorts by timestamp. Slices on one
@@ -42,7 +51,9 @@ use rprof_perfetto::{
 pub use rprof_perfetto::WriterOptions;
 
 use crate::config::ensure_parent;
-use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::record::{
+    AgentInfo, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo, RunMetadata,
+};
 use crate::rpc::RpcWakeRecord;
 use crate::sink::{KernelInfo, RecordSink};
 
@@ -282,6 +293,10 @@ struct Started {
     marker_lanes: Vec<(u64, u64)>,
     /// Names given with `roctxNameOsThread`.
     thread_names: HashMap<u32, String>,
+    /// (agent, engine mask) -> its copy tracks.
+    copy_tracks: HashMap<(u32, u32), QueueTracks>,
+    /// Interned copy slice names (direction, then API), on first use.
+    copy_names: HashMap<&'static str, EventNameId>,
 }
 
 #[derive(Debug)]
@@ -333,7 +348,27 @@ fn read_clocks() -> ClockReadings {
     }
 }
 
+/// `copies`, or `copies engine <mask>` for `_on_engine` copies.
+fn copy_track_name(engine: u32) -> String {
+    if engine == 0 {
+        "copies".to_string()
+    } else {
+        format!("copies engine {engine:#x}")
+    }
+}
+
 impl Started {
+    /// Interned argument names of copy slices: bytes, source and
+    /// destination agent.
+    fn copy_arg_names(&mut self) -> (AnnotationNameId, AnnotationNameId, AnnotationNameId) {
+        let w = &mut self.writer;
+        (
+            w.intern_annotation_name("copy_bytes"),
+            w.intern_annotation_name("src_agent"),
+            w.intern_annotation_name("dst_agent"),
+        )
+    }
+
     fn new_uuid(&mut self) -> u64 {
         let uuid = self.next_uuid;
         self.next_uuid += 1;
@@ -418,6 +453,7 @@ impl Started {
         }
         let uuid = self.new_uuid();
         let name = match self.agents.iter().find(|a| a.index == agent_index) {
+            Some(a) if a.cpu => format!("CPU {} ({})", agent_index, a.name),
             Some(a) => format!("GPU {} ({})", agent_index, a.name),
             None => format!("GPU {agent_index}"),
         };
@@ -426,6 +462,61 @@ impl Started {
             ..CustomTrack::new(uuid, &name)
         })?;
         self.agent_tracks.insert(agent_index, uuid);
+        Ok(uuid)
+    }
+
+    /// The interned slice name `name` (copy directions and API names).
+    fn copy_name(&mut self, name: &'static str) -> EventNameId {
+        if let Some(&id) = self.copy_names.get(name) {
+            return id;
+        }
+        let id = self.writer.intern_event_name(name);
+        self.copy_names.insert(name, id);
+        id
+    }
+
+    /// The copy lane of `agent`'s `engine` free at `start`, creating the
+    /// engine's track and lanes as needed (copies sharing an engine may
+    /// overlap: a shared completion signal, several SDMA queues).
+    fn copy_lane(&mut self, agent: u32, engine: u32, start: u64, end: u64) -> io::Result<u64> {
+        let key = (agent, engine);
+        if let Some(t) = self.copy_tracks.get_mut(&key) {
+            if let Some(lane) = t.lanes.iter_mut().find(|l| l.last_end_ns <= start) {
+                lane.last_end_ns = end;
+                return Ok(lane.uuid);
+            }
+        } else {
+            let parent = self.agent_track(agent)?;
+            let uuid = self.new_uuid();
+            let name = copy_track_name(engine);
+            self.writer.write_custom_track(&CustomTrack {
+                parent_uuid: Some(parent),
+                child_ordering: Some(ChildTracksOrdering::Explicit),
+                sibling_merge_behavior: Some(SiblingMergeBehavior::None),
+                ..CustomTrack::new(uuid, &name)
+            })?;
+            self.copy_tracks.insert(
+                key,
+                QueueTracks {
+                    uuid,
+                    lanes: Vec::new(),
+                },
+            );
+        }
+        let uuid = self.new_uuid();
+        let t = self.copy_tracks.get_mut(&key).expect("inserted above");
+        let rank = t.lanes.len() as i32;
+        t.lanes.push(Lane {
+            uuid,
+            last_end_ns: end,
+        });
+        let parent = t.uuid;
+        let name = copy_track_name(engine);
+        self.writer.write_custom_track(&CustomTrack {
+            parent_uuid: Some(parent),
+            sibling_order_rank: Some(rank),
+            ..CustomTrack::new(uuid, &name)
+        })?;
         Ok(uuid)
     }
 
@@ -658,6 +749,8 @@ impl RecordSink for PerfettoSink {
             rpc_counters: HashMap::new(),
             marker_lanes: Vec::new(),
             thread_names: HashMap::new(),
+            copy_tracks: HashMap::new(),
+            copy_names: HashMap::new(),
         }));
         Ok(())
     }
@@ -795,6 +888,44 @@ impl RecordSink for PerfettoSink {
         Ok(())
     }
 
+    fn memory_copy(&mut self, r: &MemoryCopyRecord) -> io::Result<()> {
+        let s = self.started()?;
+        // The agent that does the copy: the GPU side (the source for
+        // device-to-device), the CPU for host-to-host.
+        let agent = match r.direction {
+            crate::record::CopyDirection::HostToDevice => r.dst_agent,
+            _ => r.src_agent,
+        };
+        let flow = [r.correlation_id];
+        let host = s.thread_track(r.thread_id, r.enqueue_ns)?;
+        let api = s.copy_name(r.api.name());
+        s.writer.write_slice(&Slice {
+            flow_ids: &flow,
+            ..Slice::new(host, r.enqueue_ns, r.call_end_ns.max(r.enqueue_ns), api)
+        })?;
+        let lane = s.copy_lane(agent, r.engine, r.start_ns, r.end_ns)?;
+        let name = s.copy_name(r.direction.name());
+        let a = s.args;
+        let (bytes, src, dst) = s.copy_arg_names();
+        let u = |name, v: u64| Arg {
+            name,
+            value: ArgValue::Uint(v),
+        };
+        let args = [
+            u(bytes, r.bytes),
+            u(src, u64::from(r.src_agent)),
+            u(dst, u64::from(r.dst_agent)),
+            u(a.correlation_id, r.correlation_id),
+            u(a.thread_id, u64::from(r.thread_id)),
+        ];
+        s.last_ts = s.last_ts.max(r.end_ns);
+        s.writer.write_slice(&Slice {
+            args: &args,
+            terminating_flow_ids: &flow,
+            ..Slice::new(lane, r.start_ns, r.end_ns, name)
+        })
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.state {
             State::Started(s) => s.writer.flush(),
@@ -822,6 +953,7 @@ impl RecordSink for PerfettoSink {
             n("records_lost"),
             n("rpc_wakes"),
             n("rpc_unrecognised_waits"),
+            n("memory_copies"),
             n("start_ns"),
             n("end_ns"),
             n("hostname"),
@@ -834,6 +966,7 @@ impl RecordSink for PerfettoSink {
             meta.records_lost,
             meta.rpc_wakes,
             meta.rpc_unrecognised_waits,
+            meta.memory_copies,
             s.run.start_ns,
             meta.end_ns,
         ];

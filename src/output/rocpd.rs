@@ -42,7 +42,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection};
 
 use crate::config::ensure_parent;
-use crate::record::{AgentInfo, DispatchRecord, InterceptRecord, RunInfo, RunMetadata};
+use crate::record::{
+    AgentInfo, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo, RunMetadata,
+};
 use crate::sink::{KernelInfo, RecordSink};
 
 /// The schema version rocpd readers check in `rocpd_metadata`.
@@ -53,6 +55,8 @@ const COMMIT_EVERY: Duration = Duration::from_secs(1);
 
 /// The category string of kernel dispatch events (rocprofv3's buffer-kind name).
 const KERNEL_DISPATCH: &str = "KERNEL_DISPATCH";
+/// The buffer-kind name of memory copies (the category of their events).
+const MEMORY_COPY: &str = "MEMORY_COPY";
 
 /// Tables, in creation order (parents before children). `{uuid}` is the
 /// per-database suffix, `{guid}` the GUID. Column names and types follow rocpd
@@ -559,7 +563,7 @@ impl RocpdSink {
                 &format!(
                     "INSERT INTO {table} (id, nid, pid, type, absolute_index, logical_index, \
                      type_index, name, model_name, vendor_name, product_name, user_name, extdata) \
-                     VALUES (?1, ?2, ?3, 'GPU', ?1, ?1, ?1, ?4, ?4, 'AMD', ?5, ?5, ?6)"
+                     VALUES (?1, ?2, ?3, ?7, ?1, ?1, ?8, ?4, ?4, 'AMD', ?5, ?5, ?6)"
                 ),
                 params![
                     i64::from(agent.index),
@@ -567,7 +571,13 @@ impl RocpdSink {
                     self.pid,
                     agent.name,
                     agent.product_name,
-                    extdata
+                    extdata,
+                    if agent.cpu { "CPU" } else { "GPU" },
+                    // Index among the agents of its type.
+                    agents
+                        .iter()
+                        .filter(|a| a.cpu == agent.cpu && a.index < agent.index)
+                        .count() as i64
                 ],
             )?;
         }
@@ -783,6 +793,46 @@ impl RocpdSink {
         Ok(())
     }
 
+    /// One memory copy: its event (category `MEMORY_COPY`), then its row,
+    /// named by its direction, with both agents (the `memory_copies` view
+    /// joins both).
+    fn insert_memory_copy(&mut self, rec: &MemoryCopyRecord) -> rusqlite::Result<()> {
+        self.ensure_thread(rec.thread_id)?;
+        let category = self.string_id(MEMORY_COPY)?;
+        let name = self.string_id(rec.direction.name())?;
+        let region = self.string_id("")?;
+        let event_id = self.next_event;
+        self.next_event += 1;
+        let events = self.table("rocpd_event");
+        self.db
+            .prepare_cached(&format!(
+                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id) \
+                 VALUES (?1, ?2, ?3, ?3, 0)"
+            ))?
+            .execute(params![event_id, category, int(rec.correlation_id)])?;
+        let copies = self.table("rocpd_memory_copy");
+        self.db
+            .prepare_cached(&format!(
+                "INSERT INTO {copies} (nid, pid, tid, start, \"end\", name_id, dst_agent_id, \
+                 src_agent_id, size, stream_id, region_name_id, event_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11)"
+            ))?
+            .execute(params![
+                self.node_id,
+                self.pid,
+                i64::from(rec.thread_id),
+                int(rec.start_ns),
+                int(rec.end_ns),
+                name,
+                i64::from(rec.dst_agent),
+                i64::from(rec.src_agent),
+                int(rec.bytes),
+                region,
+                event_id
+            ])?;
+        Ok(())
+    }
+
     fn commit(&mut self) -> rusqlite::Result<()> {
         self.db.execute_batch("COMMIT; BEGIN;")?;
         self.last_commit = Instant::now();
@@ -826,6 +876,10 @@ impl RecordSink for RocpdSink {
 
     fn marker(&mut self, rec: &crate::marker::MarkerRecord) -> io::Result<()> {
         self.insert_marker(rec).map_err(to_io)
+    }
+
+    fn memory_copy(&mut self, rec: &MemoryCopyRecord) -> io::Result<()> {
+        self.insert_memory_copy(rec).map_err(to_io)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -926,6 +980,7 @@ mod tests {
                 product_name: "Emulated MI210".into(),
                 handle: 0x1000,
                 compute_units: 104,
+                cpu: false,
             },
             AgentInfo {
                 index: 1,
@@ -933,6 +988,7 @@ mod tests {
                 product_name: "Emulated RX 6800".into(),
                 handle: 0x2000,
                 compute_units: 60,
+                cpu: false,
             },
         ]
     }
@@ -1001,6 +1057,110 @@ mod tests {
 
     fn count(db: &Connection, sql: &str) -> i64 {
         db.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn memory_copies_answer_with_every_copy_and_both_agents() {
+        use crate::record::{CopyDirection, MemoryCopyRecord};
+        let dir = scratch_dir("copies");
+        let path = dir.join("run_results.db");
+        let mut sink = RocpdSink::create(&path).unwrap();
+        let mut all = agents();
+        all.push(AgentInfo {
+            index: 2,
+            name: "cpu".into(),
+            product_name: "Emulated host CPU".into(),
+            handle: 0x3000,
+            compute_units: 2,
+            cpu: true,
+        });
+        sink.start(&run_info(), &all).unwrap();
+        // 3 H2D (CPU 2 -> GPU 0), 2 D2H (GPU 1 -> CPU 2), 1 D2D, 1 H2H.
+        let plan = [
+            (CopyDirection::HostToDevice, 2, 0, 3),
+            (CopyDirection::DeviceToHost, 1, 2, 2),
+            (CopyDirection::DeviceToDevice, 0, 1, 1),
+            (CopyDirection::HostToHost, 2, 2, 1),
+        ];
+        let mut n = 0;
+        for (direction, src, dst, times) in plan {
+            for _ in 0..times {
+                n += 1;
+                sink.memory_copy(&MemoryCopyRecord {
+                    correlation_id: (4242 << 32) + n,
+                    thread_id: 100 + (n % 2) as u32,
+                    src_agent: src,
+                    dst_agent: dst,
+                    direction,
+                    bytes: 4096 * n,
+                    start_ns: 2_000 + 100 * n,
+                    end_ns: 2_050 + 100 * n,
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+        }
+        sink.finish(&RunMetadata::default()).unwrap();
+        let db = Connection::open(&path).unwrap();
+        assert_eq!(count(&db, "SELECT count(*) FROM memory_copies"), 7);
+        assert_eq!(count(&db, "SELECT count(*) FROM rocpd_memory_copy"), 7);
+        let rows: Vec<(String, i64, String, String, i64)> = db
+            .prepare(
+                "SELECT name, count(*), src_agent_type, dst_agent_type, sum(size) \
+                 FROM memory_copies GROUP BY name ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let row = |name: &str, count, src: &str, dst: &str, bytes| {
+            (
+                name.to_owned(),
+                count,
+                src.to_owned(),
+                dst.to_owned(),
+                bytes,
+            )
+        };
+        assert_eq!(
+            rows,
+            vec![
+                row("MEMORY_COPY_DEVICE_TO_DEVICE", 1, "GPU", "GPU", 4096 * 6),
+                row(
+                    "MEMORY_COPY_DEVICE_TO_HOST",
+                    2,
+                    "GPU",
+                    "CPU",
+                    4096 * (4 + 5)
+                ),
+                row(
+                    "MEMORY_COPY_HOST_TO_DEVICE",
+                    3,
+                    "CPU",
+                    "GPU",
+                    4096 * (1 + 2 + 3)
+                ),
+                row("MEMORY_COPY_HOST_TO_HOST", 1, "CPU", "CPU", 4096 * 7),
+            ]
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM memory_copies WHERE category = 'MEMORY_COPY' AND duration = 50"
+            ),
+            7
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM rocpd_info_agent WHERE type = 'CPU' AND type_index = 0"
+            ),
+            1
+        );
+        assert_eq!(count(&db, "SELECT count(*) FROM kernels"), 0);
     }
 
     #[test]

@@ -250,6 +250,7 @@ mod tests {
                 product_name: "Emulated MI210".into(),
                 handle: 0x1000,
                 compute_units: 104,
+                cpu: false,
             }],
         )
         .unwrap();

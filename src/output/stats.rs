@@ -1,6 +1,7 @@
 //! `--stats`: per-kernel calls, total, average, min, max and share of GPU
 //! time, printed on stderr at exit and written to `NAME_kernel_stats.csv`
-//! with rocprofv3's column names.
+//! with rocprofv3's column names; with `--memory-copy-trace`, the same per
+//! copy direction in `NAME_memory_copy_stats.csv` (plus the bytes copied).
 //!
 //! Memory is one small entry per distinct kernel, not per dispatch.
 
@@ -40,6 +41,8 @@ pub struct StatsSink {
     by_region: HashMap<String, KernelStats>,
     /// ROCTx markers by message (`NAME_marker_api_stats.csv`).
     markers: HashMap<&'static str, KernelStats>,
+    /// Per copy direction: the figures and the bytes copied.
+    copies: std::collections::BTreeMap<crate::record::CopyDirection, (KernelStats, u64)>,
 }
 
 impl StatsSink {
@@ -54,6 +57,7 @@ impl StatsSink {
             rpc: None,
             by_region: HashMap::new(),
             markers: HashMap::new(),
+            copies: Default::default(),
         }
     }
 
@@ -90,6 +94,40 @@ impl StatsSink {
     /// Renders the CSV text.
     pub fn to_csv(&self) -> String {
         rows_csv(&self.sorted())
+    }
+
+    /// Per copy direction (rocprofv3's operation name as `name`), sorted by
+    /// total time, longest first, with the bytes copied.
+    pub fn copies_sorted(&self) -> Vec<(KernelStats, u64)> {
+        let mut v: Vec<(KernelStats, u64)> = self.copies.values().cloned().collect();
+        v.sort_by(|a, b| {
+            b.0.total_ns
+                .cmp(&a.0.total_ns)
+                .then_with(|| a.0.name.cmp(&b.0.name))
+        });
+        v
+    }
+
+    /// `NAME_memory_copy_stats.csv`'s text: the kernel statistics' columns,
+    /// then `Bytes`.
+    pub fn copies_csv(&self) -> String {
+        let rows = self.copies_sorted();
+        let grand: u64 = rows.iter().map(|r| r.0.total_ns).sum();
+        let mut s = String::from("\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\",\"Bytes\"\n");
+        for (r, bytes) in &rows {
+            s.push_str(&format!(
+                "\"{}\",{},{},{},{:.4},{},{},{}\n",
+                r.name,
+                r.calls,
+                r.total_ns,
+                r.total_ns / r.calls.max(1),
+                share(r.total_ns, grand),
+                r.min_ns,
+                r.max_ns,
+                bytes
+            ));
+        }
+        s
     }
 
     /// The RPC doorbell summary, if any wake was seen.
@@ -276,11 +314,43 @@ impl RecordSink for StatsSink {
         Ok(())
     }
 
+    fn memory_copy(&mut self, r: &crate::record::MemoryCopyRecord) -> io::Result<()> {
+        let d = r.end_ns.saturating_sub(r.start_ns);
+        let (e, bytes) = self.copies.entry(r.direction).or_insert_with(|| {
+            (
+                KernelStats {
+                    name: r.direction.name().to_string(),
+                    calls: 0,
+                    total_ns: 0,
+                    min_ns: u64::MAX,
+                    max_ns: 0,
+                },
+                0,
+            )
+        });
+        e.calls += 1;
+        e.total_ns += d;
+        e.min_ns = e.min_ns.min(d);
+        e.max_ns = e.max_ns.max(d);
+        *bytes += r.bytes;
+        Ok(())
+    }
+
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
         if self.print {
             let _ = io::stderr().write_all(self.to_table().as_bytes());
             if let Some(t) = self.rpc_text() {
                 let _ = io::stderr().write_all(t.as_bytes());
+            }
+            for (r, bytes) in self.copies_sorted() {
+                let _ = writeln!(
+                    io::stderr(),
+                    "rprof memory copies: {} x {}, {} bytes, {} ns in total",
+                    r.calls,
+                    r.name,
+                    bytes,
+                    r.total_ns
+                );
             }
         }
         if let Some(p) = &self.path {
@@ -300,6 +370,15 @@ impl RecordSink for StatsSink {
                 };
                 super::files::create_new(Path::new(&marker_path))?
                     .write_all(rows_csv(&self.marker_rows()).as_bytes())?;
+            }
+            if !self.copies.is_empty() {
+                let s = p.to_string_lossy();
+                let copies_path = match s.strip_suffix("_kernel_stats.csv") {
+                    Some(stem) => format!("{stem}_memory_copy_stats.csv"),
+                    None => format!("{s}.memory_copy.csv"),
+                };
+                super::files::create_new(Path::new(&copies_path))?
+                    .write_all(self.copies_csv().as_bytes())?;
             }
             if let Some(m) = self.rpc_summary() {
                 let s = p.to_string_lossy();
@@ -380,6 +459,31 @@ mod tests {
             csv,
             "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\"\n\
              \"b\",1,60,60,60.0000,60,60\n\"a\",2,40,20,40.0000,10,30\n"
+        );
+    }
+
+    #[test]
+    fn copies_accumulate_per_direction() {
+        use crate::record::{CopyDirection, MemoryCopyRecord};
+        let mut s = StatsSink::new(None, false);
+        let copy = |direction, start, end, bytes| MemoryCopyRecord {
+            direction,
+            start_ns: start,
+            end_ns: end,
+            bytes,
+            ..Default::default()
+        };
+        s.memory_copy(&copy(CopyDirection::HostToDevice, 0, 10, 4096))
+            .unwrap();
+        s.memory_copy(&copy(CopyDirection::HostToDevice, 20, 50, 4096))
+            .unwrap();
+        s.memory_copy(&copy(CopyDirection::DeviceToHost, 0, 60, 100))
+            .unwrap();
+        assert_eq!(
+            s.copies_csv(),
+            "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\",\"Bytes\"\n\
+             \"MEMORY_COPY_DEVICE_TO_HOST\",1,60,60,60.0000,60,60,100\n\
+             \"MEMORY_COPY_HOST_TO_DEVICE\",2,40,20,40.0000,10,30,8192\n"
         );
     }
 }

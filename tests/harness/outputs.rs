@@ -249,7 +249,8 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 /// What `pftrace_check.py` reports about a trace.
 #[derive(Debug, Default)]
 pub struct PftraceSummary {
-    /// Kernel slices (slices on tracks under a `GPU ...` root track) per name.
+    /// Kernel slices (slices on tracks under a `GPU ...` root track, except
+    /// its `copies` tracks) per name.
     pub kernel_slices: BTreeMap<String, u64>,
     /// All kernel slices.
     pub kernel_slice_total: u64,
@@ -340,7 +341,19 @@ pub fn check_pftrace(trace: &Path) -> PftraceSummary {
             .get(&root)
             .and_then(|t| t["name"].as_str())
             .unwrap_or("");
-        if root_name.starts_with("GPU ") {
+        // Memory copies (`--memory-copy-trace`) live on `copies` tracks
+        // under their agent's track: not kernels.
+        let mut under_copies = false;
+        let mut cur = Some(track.clone());
+        while let Some(t) = cur {
+            let name = tracks
+                .get(&t)
+                .and_then(|t| t["name"].as_str())
+                .unwrap_or("");
+            under_copies |= name.starts_with("copies");
+            cur = parent_of(&t);
+        }
+        if root_name.starts_with("GPU ") && !under_copies {
             is_kernel[i] = true;
             s.kernel_slice_total += 1;
             let name = sl["name"].as_str().unwrap_or("<no name>").to_string();

@@ -72,6 +72,11 @@ pub struct TraceArgs {
     /// Name each kernel after its innermost enclosing ROCTx push/pop range.
     #[arg(long)]
     pub kernel_rename: bool,
+    /// Record asynchronous memory copies (hsa_amd_memory_async_copy*, as
+    /// hipMemcpy issues them): NAME_memory_copy_trace.csv and the other
+    /// formats.
+    #[arg(long)]
+    pub memory_copy_trace: bool,
     /// Run one kernel at a time per GPU (no overlap; slower).
     #[arg(long)]
     pub serialize_kernels: bool,
@@ -152,6 +157,7 @@ impl LaunchPlan {
         flag(&mut env, t.rpc_trace, "RPROF_RPC_TRACE");
         flag(&mut env, t.marker_trace, "RPROF_MARKER_TRACE");
         flag(&mut env, t.kernel_rename, "RPROF_KERNEL_RENAME");
+        flag(&mut env, t.memory_copy_trace, "RPROF_MEMORY_COPY_TRACE");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
@@ -175,7 +181,8 @@ impl LaunchPlan {
             || t.rpc_trace
             || t.serialize_kernels
             || t.stats
-            || t.marker_trace;
+            || t.marker_trace
+            || t.memory_copy_trace;
         let emulated = match t.device {
             Device::Emulated => true,
             Device::Native => false,
@@ -193,7 +200,7 @@ impl LaunchPlan {
 /// that rprof does not implement: given to `rprof`, they are refused by name
 /// instead of being reported as merely unknown. Only options clap does not
 /// know reach this list, so an entry for an option rprof gains later (e.g.
-/// `--memory-copy-trace`, `--marker-trace`, `--kernel-rename`) is inert:
+/// `--marker-trace`, `--kernel-rename`) is inert:
 /// remove it when the option lands.
 pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--hip-trace",
@@ -204,7 +211,6 @@ pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--hsa-amd-trace",
     "--hsa-image-trace",
     "--hsa-finalizer-trace",
-    "--memory-copy-trace",
     "--memory-allocation-trace",
     "--scratch-memory-trace",
     "--rccl-trace",

@@ -126,8 +126,29 @@ mod amd_v2_index {
     pub const SIGNAL_CREATE: usize = index("hsa_amd_signal_create_fn");
     pub const QUEUE_INTERCEPT_CREATE: usize = index("hsa_amd_queue_intercept_create_fn");
     pub const QUEUE_INTERCEPT_REGISTER: usize = index("hsa_amd_queue_intercept_register_fn");
+    pub const PROFILING_ASYNC_COPY_ENABLE: usize = index("hsa_amd_profiling_async_copy_enable_fn");
+    pub const PROFILING_GET_ASYNC_COPY_TIME: usize =
+        index("hsa_amd_profiling_get_async_copy_time_fn");
+    pub const MEMORY_ASYNC_COPY: usize = index("hsa_amd_memory_async_copy_fn");
+    pub const MEMORY_ASYNC_COPY_RECT: usize = index("hsa_amd_memory_async_copy_rect_fn");
+    pub const MEMORY_ASYNC_COPY_ON_ENGINE: usize = index("hsa_amd_memory_async_copy_on_engine_fn");
 }
 use amd_v2_index as AMD_V2_INDEX;
+
+/// `hsa_amd_memory_async_copy_on_engine` (AMD extension table major 2
+/// only; not in the 5.2.3 headers `hsa-sys` is generated from).
+pub type AsyncCopyOnEngineFn = unsafe extern "C" fn(
+    dst: *mut std::ffi::c_void,
+    dst_agent: hsa_sys::hsa_agent_t,
+    src: *const std::ffi::c_void,
+    src_agent: hsa_sys::hsa_agent_t,
+    size: usize,
+    num_dep_signals: u32,
+    dep_signals: *const hsa_sys::hsa_signal_t,
+    completion_signal: hsa_sys::hsa_signal_t,
+    engine_id: u32,
+    force_copy_on_sdma: bool,
+) -> hsa_sys::hsa_status_t;
 
 /// Copies of the runtime's original entries, taken before any replacement.
 #[derive(Debug, Clone, Copy)]
@@ -136,6 +157,76 @@ pub struct Runtime {
     pub core: CoreApiTable,
     /// The AMD extension table as it was.
     pub amd: AmdExtTable,
+    /// `hsa_amd_memory_async_copy_on_engine`, where the runtime has it.
+    pub async_copy_on_engine: Option<AsyncCopyOnEngineFn>,
+}
+
+/// The AMD extension entries rprof may replace (the memory-copy hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmdEntry {
+    /// `hsa_amd_memory_async_copy`.
+    AsyncCopy,
+    /// `hsa_amd_memory_async_copy_rect`.
+    AsyncCopyRect,
+    /// `hsa_amd_memory_async_copy_on_engine` (major 2 only).
+    AsyncCopyOnEngine,
+}
+
+/// Byte offset of `entry` in an AMD extension table of major `major`.
+fn amd_entry_offset(major: u32, entry: AmdEntry) -> Option<usize> {
+    let by_index =
+        |i: usize| std::mem::size_of::<ApiTableVersion>() + i * std::mem::size_of::<usize>();
+    match (major, entry) {
+        (1, AmdEntry::AsyncCopy) => Some(std::mem::offset_of!(
+            AmdExtTable,
+            hsa_amd_memory_async_copy_fn
+        )),
+        (1, AmdEntry::AsyncCopyRect) => Some(std::mem::offset_of!(
+            AmdExtTable,
+            hsa_amd_memory_async_copy_rect_fn
+        )),
+        (1, AmdEntry::AsyncCopyOnEngine) => None,
+        (2, AmdEntry::AsyncCopy) => Some(by_index(AMD_V2_INDEX::MEMORY_ASYNC_COPY)),
+        (2, AmdEntry::AsyncCopyRect) => Some(by_index(AMD_V2_INDEX::MEMORY_ASYNC_COPY_RECT)),
+        (2, AmdEntry::AsyncCopyOnEngine) => {
+            Some(by_index(AMD_V2_INDEX::MEMORY_ASYNC_COPY_ON_ENGINE))
+        }
+        _ => None,
+    }
+}
+
+/// Replaces `entry` of the runtime's live AMD extension table with
+/// `replacement` (a function of the entry's C signature, as an address).
+/// Returns whether it did (false: the runtime's table has no such entry).
+///
+/// # Safety
+/// As [`edit_core_table`]; `replacement` must have the entry's signature.
+pub unsafe fn replace_amd_entry(
+    table: *mut HsaApiTable,
+    entry: AmdEntry,
+    replacement: usize,
+) -> bool {
+    // SAFETY: validated by `from_tables`: a non-null AMD table that starts
+    // with its version.
+    let amd = unsafe { (*table).amd_ext_ };
+    // SAFETY: as above.
+    let version = unsafe { (*amd).version };
+    let Some(offset) = amd_entry_offset(version.major_id, entry) else {
+        return false;
+    };
+    if offset + std::mem::size_of::<usize>() > version.minor_id as usize {
+        return false;
+    }
+    // SAFETY: inside the table's reported size; the runtime's table is
+    // writable and nobody else uses it during `OnLoad`.
+    unsafe {
+        let slot = amd.cast::<u8>().add(offset).cast::<usize>();
+        if std::ptr::read_unaligned(slot) == 0 {
+            return false;
+        }
+        std::ptr::write_unaligned(slot, replacement);
+    }
+    true
 }
 
 /// Why tracing cannot run on this runtime; printed once, and the app runs
@@ -231,6 +322,13 @@ unsafe fn amd_from_v2(table: *const AmdExtTable, version: ApiTableVersion) -> Am
             entry(base, size, AMD_V2_INDEX::QUEUE_INTERCEPT_CREATE);
         t.hsa_amd_queue_intercept_register_fn =
             entry(base, size, AMD_V2_INDEX::QUEUE_INTERCEPT_REGISTER);
+        t.hsa_amd_profiling_async_copy_enable_fn =
+            entry(base, size, AMD_V2_INDEX::PROFILING_ASYNC_COPY_ENABLE);
+        t.hsa_amd_profiling_get_async_copy_time_fn =
+            entry(base, size, AMD_V2_INDEX::PROFILING_GET_ASYNC_COPY_TIME);
+        t.hsa_amd_memory_async_copy_fn = entry(base, size, AMD_V2_INDEX::MEMORY_ASYNC_COPY);
+        t.hsa_amd_memory_async_copy_rect_fn =
+            entry(base, size, AMD_V2_INDEX::MEMORY_ASYNC_COPY_RECT);
     }
     t
 }
@@ -274,7 +372,24 @@ impl Runtime {
             // SAFETY: a major-2 table of the size it reports.
             unsafe { amd_from_v2(root.amd_ext_, amd_version) }
         };
-        let rt = Runtime { core, amd };
+        let async_copy_on_engine = if amd_version.major_id == 2 {
+            // SAFETY: a major-2 table of the size it reports; the entry has
+            // `AsyncCopyOnEngineFn`'s signature in the major-2 headers.
+            unsafe {
+                entry(
+                    root.amd_ext_.cast::<u8>(),
+                    amd_version.minor_id,
+                    AMD_V2_INDEX::MEMORY_ASYNC_COPY_ON_ENGINE,
+                )
+            }
+        } else {
+            None
+        };
+        let rt = Runtime {
+            core,
+            amd,
+            async_copy_on_engine,
+        };
         rt.check_entries()?;
         Ok(rt)
     }
@@ -457,8 +572,15 @@ mod tests {
             hsa_amd_signal_create_fn,
             hsa_amd_queue_intercept_create_fn,
             hsa_amd_queue_intercept_register_fn,
+            hsa_amd_profiling_async_copy_enable_fn,
+            hsa_amd_profiling_get_async_copy_time_fn,
+            hsa_amd_memory_async_copy_fn,
+            hsa_amd_memory_async_copy_rect_fn,
         )
     }
+
+    /// The one generated entry `hsa-sys` (5.2.3 headers) does not have.
+    const ON_ENGINE: &str = "hsa_amd_memory_async_copy_on_engine_fn";
 
     fn generated(entries: &[(&str, usize)], name: &str) -> usize {
         entries
@@ -476,7 +598,8 @@ mod tests {
         let amd = amd_entries(&AmdExtTable::default());
         for l in layouts::LAYOUTS {
             assert_eq!(l.core_entries.len(), core.len(), "{}", l.runtime);
-            assert_eq!(l.amd_entries.len(), amd.len(), "{}", l.runtime);
+            let on_engine = usize::from(l.amd.major == 2);
+            assert_eq!(l.amd_entries.len(), amd.len() + on_engine, "{}", l.runtime);
             assert!(ROOT_MAJORS.contains(&l.root.major), "{}", l.runtime);
             assert!(CORE_MAJORS.contains(&l.core.major), "{}", l.runtime);
             assert!(AMD_MAJORS.contains(&l.amd.major), "{}", l.runtime);
@@ -550,6 +673,23 @@ mod tests {
                 ),
                 ("hsa_amd_signal_create_fn", AMD_V2_INDEX::SIGNAL_CREATE),
                 (
+                    "hsa_amd_profiling_async_copy_enable_fn",
+                    AMD_V2_INDEX::PROFILING_ASYNC_COPY_ENABLE,
+                ),
+                (
+                    "hsa_amd_profiling_get_async_copy_time_fn",
+                    AMD_V2_INDEX::PROFILING_GET_ASYNC_COPY_TIME,
+                ),
+                (
+                    "hsa_amd_memory_async_copy_fn",
+                    AMD_V2_INDEX::MEMORY_ASYNC_COPY,
+                ),
+                (
+                    "hsa_amd_memory_async_copy_rect_fn",
+                    AMD_V2_INDEX::MEMORY_ASYNC_COPY_RECT,
+                ),
+                (ON_ENGINE, AMD_V2_INDEX::MEMORY_ASYNC_COPY_ON_ENGINE),
+                (
                     "hsa_amd_queue_intercept_create_fn",
                     AMD_V2_INDEX::QUEUE_INTERCEPT_CREATE,
                 ),
@@ -567,7 +707,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 10, "6.1 and 6.4, five entries each");
+        assert_eq!(checked, 20, "6.1 and 6.4, ten entries each");
         assert_eq!(
             (
                 AMD_V2_INDEX::PROFILING_SET_PROFILER_ENABLED,
@@ -612,6 +752,27 @@ mod tests {
             for (name, _, value) in amd_entries(&rt.amd) {
                 let at = generated(l.amd_entries, name);
                 assert_eq!(value, 0x5000_0000 + at, "AMD {name} on {}", l.runtime);
+            }
+            let on_engine = rt.async_copy_on_engine.map_or(0, |f| f as usize);
+            match l.amd.major {
+                1 => assert_eq!(on_engine, 0, "{}", l.runtime),
+                _ => assert_eq!(
+                    on_engine,
+                    0x5000_0000 + generated(l.amd_entries, ON_ENGINE),
+                    "{}",
+                    l.runtime
+                ),
+            }
+            for (entry, name) in [
+                (AmdEntry::AsyncCopy, "hsa_amd_memory_async_copy_fn"),
+                (AmdEntry::AsyncCopyRect, "hsa_amd_memory_async_copy_rect_fn"),
+            ] {
+                assert_eq!(
+                    amd_entry_offset(l.amd.major, entry),
+                    Some(generated(l.amd_entries, name)),
+                    "{name} on {}",
+                    l.runtime
+                );
             }
             assert_eq!(rt.amd.version.major_id, l.amd.major);
         }

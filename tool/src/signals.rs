@@ -218,6 +218,15 @@ impl CompletionBackend for RocrBackend {
         }
     }
 
+    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
+        let get = self.rt.amd.hsa_amd_profiling_get_async_copy_time_fn?;
+        let mut t = hsa_sys::hsa_amd_profiling_async_copy_time_t { start: 0, end: 0 };
+        // SAFETY: a pooled signal that completed an async copy issued while
+        // async-copy profiling was on, and a valid out-pointer.
+        let status = unsafe { get(hsa_signal_t { handle: signal }, &mut t) };
+        (status == HSA_STATUS_SUCCESS && t.end != 0).then_some((t.start, t.end))
+    }
+
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)> {
         let get = self.rt.amd.hsa_amd_profiling_get_dispatch_time_fn?;
         let mut t = hsa_amd_profiling_dispatch_time_t { start: 0, end: 0 };

@@ -73,8 +73,8 @@ impl ReportPipe {
 }
 
 /// The output files a traced process with this pid would write, and the
-/// RPC files with the main file of their sink (written only on the first
-/// doorbell wake, so finished when that file is).
+/// RPC and memory-copy files with the main file of their sink (written only
+/// on the first doorbell wake or copy, so finished when that file is).
 fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>) {
     let lookup = plan.lookup();
     let facts = ProcessFacts {
@@ -108,6 +108,22 @@ fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(Pa
             if cfg.stats {
                 rpc.push((
                     cfg.output_path("_rpc_stats.csv"),
+                    cfg.output_path("_kernel_stats.csv"),
+                ));
+            }
+        }
+        // The memory-copy files are created at the first copy, by the same
+        // sinks: finished when their sink's main file is.
+        if cfg.memory_copy_trace {
+            if cfg.formats.csv {
+                rpc.push((
+                    cfg.output_path("_memory_copy_trace.csv"),
+                    cfg.output_path("_kernel_trace.csv"),
+                ));
+            }
+            if cfg.stats {
+                rpc.push((
+                    cfg.output_path("_memory_copy_stats.csv"),
                     cfg.output_path("_kernel_stats.csv"),
                 ));
             }

@@ -1,4 +1,6 @@
-//! The GPU agents of the run, from the runtime's agent iteration.
+//! The agents of the run, from the runtime's agent iteration: the GPU
+//! agents, then (for the memory-copy trace, whose copies name them) the CPU
+//! agents.
 //!
 //! Owns enumerating agents and reading their names and compute-unit counts
 //! (once, at `OnLoad`), and mapping an agent handle to its index. Must not
@@ -8,16 +10,17 @@ use std::ffi::c_void;
 
 use hsa_sys::{
     hsa_agent_t, hsa_status_t, HSA_AGENT_INFO_DEVICE, HSA_AGENT_INFO_NAME,
-    HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_DEVICE_TYPE_GPU,
-    HSA_STATUS_SUCCESS,
+    HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_DEVICE_TYPE_CPU,
+    HSA_DEVICE_TYPE_GPU, HSA_STATUS_SUCCESS,
 };
 use rprof_core::record::AgentInfo;
 
 use super::Session;
 use crate::runtime::Runtime;
 
-/// GPU agents in enumeration order.
-pub(super) fn enumerate(rt: &Runtime) -> Vec<AgentInfo> {
+/// GPU agents in enumeration order, then, with `with_cpus`, the CPU agents
+/// in enumeration order (indices continue after the GPUs').
+pub(super) fn enumerate(rt: &Runtime, with_cpus: bool) -> Vec<AgentInfo> {
     unsafe extern "C" fn collect(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
         // SAFETY: `data` is the `Vec` passed below, alive for the iteration.
         let v = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
@@ -30,17 +33,29 @@ pub(super) fn enumerate(rt: &Runtime) -> Vec<AgentInfo> {
         unsafe { iterate(Some(collect), (&mut all as *mut Vec<hsa_agent_t>).cast()) };
     }
     let mut out = Vec::new();
-    for agent in all {
-        if info_u32(rt, agent, HSA_AGENT_INFO_DEVICE) != HSA_DEVICE_TYPE_GPU {
-            continue;
+    for want_gpu in [true, false] {
+        if !want_gpu && !with_cpus {
+            break;
         }
-        out.push(AgentInfo {
-            index: out.len() as u32,
-            name: info_string(rt, agent, HSA_AGENT_INFO_NAME),
-            product_name: info_string(rt, agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME),
-            handle: agent.handle,
-            compute_units: info_u32(rt, agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT),
-        });
+        for &agent in &all {
+            let device = info_u32(rt, agent, HSA_AGENT_INFO_DEVICE);
+            let take = if want_gpu {
+                device == HSA_DEVICE_TYPE_GPU
+            } else {
+                device == HSA_DEVICE_TYPE_CPU
+            };
+            if !take {
+                continue;
+            }
+            out.push(AgentInfo {
+                index: out.len() as u32,
+                name: info_string(rt, agent, HSA_AGENT_INFO_NAME),
+                product_name: info_string(rt, agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME),
+                handle: agent.handle,
+                compute_units: info_u32(rt, agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT),
+                cpu: !want_gpu,
+            });
+        }
     }
     out
 }
@@ -78,7 +93,16 @@ impl Session {
     pub(super) fn agent_index(&self, agent: hsa_agent_t) -> Option<u32> {
         self.agents
             .iter()
-            .find(|a| a.handle == agent.handle)
+            .find(|a| a.handle == agent.handle && !a.cpu)
             .map(|a| a.index)
+    }
+
+    /// The index of any listed agent (GPU or CPU) and whether it is a GPU.
+    /// A linear search of a few entries: no lock, no allocation.
+    pub(super) fn any_agent(&self, agent: hsa_agent_t) -> Option<(u32, bool)> {
+        self.agents
+            .iter()
+            .find(|a| a.handle == agent.handle)
+            .map(|a| (a.index, !a.cpu))
     }
 }

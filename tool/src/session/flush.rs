@@ -67,7 +67,7 @@ impl Session {
             let _ = self.source.pool().shutdown();
         }
         if left > 0 {
-            eprintln!("rprof: {left} dispatches were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
+            eprintln!("rprof: {left} dispatches or memory copies were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
         }
         self.report(outcome.as_ref(), writer_stuck);
         if let Some(o) = outcome {

@@ -53,6 +53,10 @@ pub(super) unsafe fn install(table: *mut HsaApiTable, config: &TraceConfig, s: &
             }
         })
     };
+    if config.memory_copy_trace {
+        // SAFETY: as above.
+        unsafe { super::copies::install(table, s) };
+    }
 }
 
 unsafe extern "C" fn hook_init() -> hsa_status_t {

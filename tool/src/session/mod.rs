@@ -12,6 +12,7 @@
 //!   `hsa_shut_down`, `hsa_queue_create`, `hsa_queue_destroy`,
 //!   `hsa_executable_freeze`);
 //! - `kernel_symbols`: kernel names from a frozen executable;
+//! - `copies`: the AMD-extension async-copy hooks (`--memory-copy-trace`);
 //! - `interceptor`: the queue interceptor, its per-queue state and the wait
 //!   for room in ROCr 6's hardware ring;
 //! - `flush`: the bounded end of the trace;
@@ -28,6 +29,7 @@
 //! call degrades to what the runtime would have done without rprof.
 
 mod agents;
+mod copies;
 mod flush;
 mod hooks;
 mod interceptor;
@@ -166,8 +168,8 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
     claim_the_process()?;
     // SAFETY: the pointer `OnLoad` received.
     let rt = unsafe { Runtime::from_tables(table) }.map_err(|e| format!("{e}; {UNTRACED}"))?;
-    let agents = agents::enumerate(&rt);
-    if agents.is_empty() {
+    let agents = agents::enumerate(&rt, config.memory_copy_trace);
+    if !agents.iter().any(|a| !a.cpu) {
         return Err("no GPU agent found; nothing to trace".into());
     }
     let session = Session::start(rt, &config, agents)?;
@@ -204,7 +206,9 @@ fn read_config() -> Result<Option<TraceConfig>, String> {
         eprintln!("rprof: warning: {m}");
     }
     match TraceConfig::from_env() {
-        Ok(Some(c)) if c.kernel_trace || c.rpc_trace || c.marker_trace => Ok(Some(c)),
+        Ok(Some(c)) if c.kernel_trace || c.rpc_trace || c.marker_trace || c.memory_copy_trace => {
+            Ok(Some(c))
+        }
         Ok(_) => Ok(None),
         Err(e) => Err(format!("configuration error: {e}; {UNTRACED}")),
     }

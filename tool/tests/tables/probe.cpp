@@ -40,5 +40,12 @@ int main() {
   ENTRY(AmdExtTable, hsa_amd_signal_create_fn);
   ENTRY(AmdExtTable, hsa_amd_queue_intercept_create_fn);
   ENTRY(AmdExtTable, hsa_amd_queue_intercept_register_fn);
+  ENTRY(AmdExtTable, hsa_amd_profiling_async_copy_enable_fn);
+  ENTRY(AmdExtTable, hsa_amd_profiling_get_async_copy_time_fn);
+  ENTRY(AmdExtTable, hsa_amd_memory_async_copy_fn);
+  ENTRY(AmdExtTable, hsa_amd_memory_async_copy_rect_fn);
+#if HSA_AMD_EXT_API_TABLE_MAJOR_VERSION >= 2
+  ENTRY(AmdExtTable, hsa_amd_memory_async_copy_on_engine_fn);
+#endif
   return 0;
 }
