@@ -1620,3 +1620,120 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
         N + 1000
     );
 }
+
+// ---------------------------------------------------------------------------
+// Bad packets: whatever the app writes that is not a dispatch of a code
+// object reaches the device exactly as written.
+// ---------------------------------------------------------------------------
+
+/// Packets no tracer should touch: type INVALID, an undefined type (7),
+/// a vendor-specific packet that is not an intercept marker (format 1, a
+/// PM4 indirect buffer), and dispatches of kernel object 0 (with and
+/// without the app's signal).
+fn bad_packets() -> Vec<RawPacket> {
+    use rprof_abi::packet::{make_header, VENDOR_FORMAT_OFFSET};
+    let mut invalid = RawPacket::with_header(make_header(1, true, 2, 2));
+    invalid.bytes[8..16].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+    let mut undefined = RawPacket::with_header(make_header(7, false, 1, 1));
+    undefined.bytes[40..48].copy_from_slice(&0xabcdu64.to_le_bytes());
+    undefined.set_completion_signal(3001);
+    let mut vendor = RawPacket::with_header(make_header(
+        hsa_sys::HSA_PACKET_TYPE_VENDOR_SPECIFIC,
+        false,
+        2,
+        2,
+    ));
+    vendor.bytes[VENDOR_FORMAT_OFFSET] = 1;
+    vendor.bytes[8..16].copy_from_slice(&0xfeed_f00du64.to_le_bytes());
+    vendor.set_completion_signal(3002);
+    vec![
+        invalid,
+        undefined,
+        vendor,
+        kernel_packet(0, 3003),
+        kernel_packet(0, 0),
+    ]
+}
+
+#[test]
+fn bad_packets_reach_the_device_untouched_and_dispatches_of_unknown_kernels_are_recorded() {
+    let h = Harness::new(8, Names::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let bad = bad_packets();
+    // A call of bad packets only: written as they are, no intercept record.
+    let mut seen = Vec::new();
+    h.engine
+        .intercept(&q, &bad, &*h.pool, |out| seen.extend_from_slice(out));
+    assert_eq!(seen, bad, "bad packets alone pass through byte for byte");
+    // Bad packets around two real dispatches (one of a kernel object no
+    // table knows): only the dispatches are rewritten; order kept.
+    let mut mixed = vec![kernel_packet(0xdead_0000, 0)];
+    mixed.extend_from_slice(&bad);
+    mixed.push(kernel_packet(0x40, 0));
+    let mut seen = Vec::new();
+    h.engine
+        .intercept(&q, &mixed, &*h.pool, |out| seen.extend_from_slice(out));
+    assert_eq!(seen.len(), mixed.len());
+    assert_eq!(seen[0].kernel_object(), 0xdead_0000);
+    assert_ne!(
+        seen[0].completion_signal(),
+        0,
+        "a dispatch gets a timestamp signal"
+    );
+    assert_eq!(
+        &seen[1..=bad.len()],
+        &bad[..],
+        "bad packets untouched in a mixed call"
+    );
+    assert_eq!(seen[bad.len() + 1].kernel_object(), 0x40);
+    // Run the two traced dispatches (the fake device would spin on the bad
+    // packets' signals otherwise): only the rewritten kernels go to it.
+    h.device
+        .ring
+        .lock()
+        .unwrap()
+        .extend([seen[0], seen[bad.len() + 1]]);
+    let (outcome, got, _) = h.finish();
+    let objects: Vec<u64> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| d.kernel_object)
+        .collect();
+    assert_eq!(objects, [0xdead_0000, 0x40]);
+    assert_eq!(got.dispatches[0].1, "kernel_dead0000");
+    assert_eq!(outcome.metadata.dispatches, 2);
+    // The four dispatches of kernel object 0 (two calls) are never timed.
+    assert_eq!(outcome.metadata.records_lost, 4);
+    assert_eq!(got.intercepts.len(), 1);
+    assert_eq!(got.intercepts[0].dispatch_count, 2);
+    assert_eq!(got.intercepts[0].packet_count, mixed.len() as u32);
+}
+
+#[test]
+fn bad_packets_pass_through_untouched_when_serialized() {
+    let h = Harness::with_options(serial_options(true), Names::default());
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let bad = bad_packets();
+    let mut seen = Vec::new();
+    h.engine
+        .intercept(&q, &bad, &*h.pool, |out| seen.extend_from_slice(out));
+    assert_eq!(seen, bad, "no gate for a dispatch that is not traced");
+    // After a serialized dispatch: its two gate barriers and itself, then
+    // the bad packets as written.
+    let mut mixed = vec![kernel_packet(0x50, 0)];
+    mixed.extend_from_slice(&bad);
+    let mut seen = Vec::new();
+    h.engine
+        .intercept(&q, &mixed, &*h.pool, |out| seen.extend_from_slice(out));
+    assert_eq!(seen.len(), bad.len() + 3);
+    assert_eq!(seen[2].kernel_object(), 0x50);
+    assert_eq!(&seen[3..], &bad[..]);
+    h.device
+        .ring
+        .lock()
+        .unwrap()
+        .extend(seen[..3].iter().copied());
+    let (outcome, got, _) = h.finish();
+    assert_eq!(got.dispatches.len(), 1);
+    assert_eq!(outcome.metadata.records_lost, 4);
+}
