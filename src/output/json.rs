@@ -56,6 +56,7 @@ struct JsonRun<'a> {
     cmdline: &'a [String],
     hostname: &'a str,
     start_ns: u64,
+    device: &'static str,
 }
 
 #[derive(Serialize)]
@@ -134,6 +135,7 @@ impl RecordSink for JsonSink {
                 cmdline: &run.cmdline,
                 hostname: &run.hostname,
                 start_ns: run.start_ns,
+                device: run.device(),
             },
         )?;
         self.out.write_all(b",\"agents\":[")?;

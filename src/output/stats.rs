@@ -36,7 +36,13 @@ pub struct StatsSink {
     print: bool,
     by_kernel: HashMap<u64, KernelStats>,
     rpc: Option<crate::rpc::RpcStats>,
+    /// The run is on rprof's emulated GPU: the printed table says so.
+    emulated: bool,
 }
+
+/// The line the printed table ends with on the emulated GPU.
+pub const EMULATED_NOTE: &str =
+    "device: EMULATED GPU (rprof's emulator, no /dev/kfd): kernel times are modelled, not measured\n";
 
 impl StatsSink {
     /// Writes the CSV to `path` (if any) and prints the table on stderr if
@@ -48,6 +54,7 @@ impl StatsSink {
             print,
             by_kernel: HashMap::new(),
             rpc: None,
+            emulated: false,
         }
     }
 
@@ -163,7 +170,8 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 impl RecordSink for StatsSink {
-    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+    fn start(&mut self, run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+        self.emulated = run.emulated_device;
         Ok(())
     }
 
@@ -198,6 +206,9 @@ impl RecordSink for StatsSink {
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
         if self.print {
             let _ = io::stderr().write_all(self.to_table().as_bytes());
+            if self.emulated {
+                let _ = io::stderr().write_all(EMULATED_NOTE.as_bytes());
+            }
             if let Some(t) = self.rpc_text() {
                 let _ = io::stderr().write_all(t.as_bytes());
             }
