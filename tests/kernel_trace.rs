@@ -982,3 +982,68 @@ fn device_auto_falling_back_to_the_emulated_gpu_is_said_everywhere() {
         "emulated"
     );
 }
+
+#[test]
+#[ignore = "valgrind, host runtime only: scripts/test.sh runs it on ROCm 5.2 (cargo test --test kernel_trace -- --ignored valgrind)"]
+fn teardown_races_under_valgrind_memcheck() {
+    // Issue 12: teardown races under a memory checker. Each scenario runs the
+    // traced app under `valgrind --error-exitcode=99` (memcheck; the tool
+    // library, the engine's threads and the emulator all inside it):
+    // `exit_busy`: exit(0) while two threads keep launching (completions and
+    // interceptor calls after finalization began, OnUnload racing in-flight
+    // work); `exit`: exit with 300 dispatches in flight and no hsa_shut_down;
+    // `destroy`: hsa_queue_destroy with 100 dispatches pending.
+    assert_eq!(
+        harness::Runtime::selected().version(),
+        "5.2",
+        "valgrind is installed on the host only (ROCm 5.2)"
+    );
+    let supp = harness::repo().join("tests/tools/valgrind-rocr.supp");
+    let (app, kernels) = harness::artefacts::trace_app();
+    for (label, args) in [
+        ("vg-exit-busy", &["exit_busy", "2", "50"][..]),
+        ("vg-exit", &["exit", "300"][..]),
+        ("vg-destroy", &["destroy", "100"][..]),
+    ] {
+        let dir = harness::fresh_dir(label);
+        let mut cmd = harness::Runtime::selected().command(&build().rprof, &[]);
+        cmd.args([
+            "--kernel-trace",
+            "-o",
+            "run",
+            "--output-format",
+            "csv,json,pftrace",
+            "-d",
+        ])
+        .arg(&dir)
+        .args(["--", "valgrind", "--error-exitcode=99", "--quiet"])
+        .arg(format!("--suppressions={}", supp.display()))
+        .arg(app)
+        .arg(kernels)
+        .args(args);
+        harness::run::clear_rprof_env(&mut cmd);
+        let run = harness::run_with_timeout(cmd, dir);
+        let reports: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("==") && l[2..].split("==").count() > 1)
+            .collect();
+        assert!(
+            run.code == Some(0) && reports.is_empty(),
+            "{label}: exit {:?}, memcheck says:\n{}",
+            run.code,
+            harness::run::tail(&run.stderr, 8000)
+        );
+        // Under valgrind the writer may be too slow for the bounded flush:
+        // then every file is reported incomplete, never as written.
+        for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+            let p = run.output(suffix).display().to_string();
+            assert!(
+                run.stderr.contains(&format!("rprof: wrote {p}"))
+                    || run.stderr.contains(&format!("rprof: {p} is incomplete")),
+                "{label}: {p} neither written nor incomplete:\n{}",
+                run.stderr
+            );
+        }
+    }
+}
