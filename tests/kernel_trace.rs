@@ -373,17 +373,27 @@ fn serialize_kernels_shared_queue() {
 
 #[test]
 fn serialize_kernels_with_backwards_cross_queue_dependencies_does_not_deadlock() {
+    // About deadlock: each round's two kernels depend on each other, so
+    // they cannot overlap whatever the serializer does.
     assert_serialized("serialize-crossdep", &["crossdep", "40"], &[], 80);
 }
 
 #[test]
 fn serialize_kernels_queue_destroyed_with_work_pending() {
-    assert_serialized("serialize-destroy", &["destroy", "200"], &[], 200);
+    // Long kernels: on one queue only the ready barriers keep them apart
+    // (the emulated CP runs a queue's dispatches together otherwise), so a
+    // ready barrier without its barrier bit shows as overlaps here.
+    assert_serialized(
+        "serialize-destroy",
+        &["destroy", "200"],
+        &[LONG_KERNELS],
+        200,
+    );
 }
 
 #[test]
 fn serialize_kernels_exit_mid_run() {
-    assert_serialized("serialize-exit", &["exit", "500"], &[], 500);
+    assert_serialized("serialize-exit", &["exit", "500"], &[LONG_KERNELS], 500);
 }
 
 #[test]
@@ -1046,4 +1056,34 @@ fn teardown_races_under_valgrind_memcheck() {
             );
         }
     }
+}
+
+#[test]
+fn a_queue_destroyed_with_work_that_never_runs_costs_one_bounded_wait() {
+    // Issue 12: hsa_queue_destroy of a queue whose 10 kernels wait behind a
+    // barrier on a host signal nobody opens. The destroy hook waits for the
+    // queue's traced dispatches at most 5 s (QUEUE_DRAIN_TIMEOUT), then the
+    // completion thread drops them, counted lost; the app ends normally.
+    let run = run_traced(
+        "destroy-gated",
+        &["destroy_gated", "10"],
+        Load::ToolsLib,
+        &[],
+    );
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let secs: f64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("DESTROY_SECONDS "))
+        .unwrap_or_else(|| panic!("no DESTROY_SECONDS in:\n{}", run.stdout))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (4.9..7.0).contains(&secs),
+        "hsa_queue_destroy took {secs} s"
+    );
+    let (rows, json) = assert_whole_outputs(&run);
+    assert!(rows.is_empty(), "{} rows", rows.len());
+    assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(10));
 }

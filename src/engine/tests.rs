@@ -113,9 +113,24 @@ impl CompletionBackend for FakeBackend {
     }
 }
 
-/// A one-queue-for-all in-order device: runs each packet after the previous.
+/// Lanes of the device: [`Harness::submit`] puts queue `id`'s packets on
+/// lane `id % LANES`.
+const LANES: usize = 4;
+
+/// An in-order device with [`LANES`] lanes, each run by its own thread:
+/// each lane runs its packets one after the other, the lanes run at the same
+/// time (as a GPU runs its queues), so a serializer that lets kernels of
+/// different queues through together is seen overlapping (`max_running`).
 struct FakeDevice {
+    /// Lane 0 (tests that write packets by hand use it).
     ring: Mutex<VecDeque<RawPacket>>,
+    /// Lanes 1.. .
+    lanes: Vec<Mutex<VecDeque<RawPacket>>>,
+    /// How long each kernel runs.
+    kernel_ns: AtomicU64,
+    /// Kernels running now, and the most at any time.
+    running: AtomicU64,
+    max_running: AtomicU64,
     signals: Arc<Signals>,
     stop: AtomicBool,
     /// While set, the device runs nothing (a busy GPU).
@@ -126,13 +141,21 @@ struct FakeDevice {
 }
 
 impl FakeDevice {
-    fn run(&self) {
+    fn lane(&self, lane: usize) -> &Mutex<VecDeque<RawPacket>> {
+        if lane == 0 {
+            &self.ring
+        } else {
+            &self.lanes[lane - 1]
+        }
+    }
+
+    fn run(&self, lane: usize) {
         loop {
             if self.paused.load(Ordering::SeqCst) {
                 std::thread::yield_now();
                 continue;
             }
-            let p = self.ring.lock().unwrap().pop_front();
+            let p = self.lane(lane).lock().unwrap().pop_front();
             let Some(p) = p else {
                 if self.stop.load(Ordering::SeqCst) {
                     return;
@@ -142,17 +165,22 @@ impl FakeDevice {
             };
             if p.is_kernel_dispatch() {
                 let start = boottime_ns();
-                let end = start + 500;
+                let end = start + self.kernel_ns.load(Ordering::Relaxed);
                 self.kernels.fetch_add(1, Ordering::SeqCst);
+                let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                self.max_running.fetch_max(now, Ordering::SeqCst);
                 let s = p.completion_signal();
                 if s != 0 {
                     let i = Signals::idx(s);
                     self.signals.start[i].store(start, Ordering::SeqCst);
                     self.signals.end[i].store(end, Ordering::SeqCst);
-                    while boottime_ns() < end {
-                        std::hint::spin_loop();
-                    }
-                    self.signals.value[i].fetch_sub(1, Ordering::SeqCst);
+                }
+                while boottime_ns() < end {
+                    std::hint::spin_loop();
+                }
+                self.running.fetch_sub(1, Ordering::SeqCst);
+                if s != 0 {
+                    self.signals.value[Signals::idx(s)].fetch_sub(1, Ordering::SeqCst);
                 }
             } else if p.packet_type() == HSA_PACKET_TYPE_BARRIER_AND {
                 self.barriers.fetch_add(1, Ordering::SeqCst);
@@ -281,6 +309,10 @@ impl Harness {
         let engine = Arc::new(Engine::new(options));
         let device = Arc::new(FakeDevice {
             ring: Mutex::new(VecDeque::new()),
+            lanes: (1..LANES).map(|_| Mutex::new(VecDeque::new())).collect(),
+            kernel_ns: AtomicU64::new(500),
+            running: AtomicU64::new(0),
+            max_running: AtomicU64::new(0),
             signals: signals.clone(),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
@@ -290,8 +322,10 @@ impl Harness {
         });
         let collected = Arc::new(Mutex::new(Collected::default()));
         let mut threads = Vec::new();
-        let d = device.clone();
-        threads.push(std::thread::spawn(move || d.run()));
+        for lane in 0..LANES {
+            let d = device.clone();
+            threads.push(std::thread::spawn(move || d.run(lane)));
+        }
         let (e, b) = (
             engine.clone(),
             FakeBackend {
@@ -320,7 +354,12 @@ impl Harness {
         let mut writes = 0;
         self.engine.intercept(queue, packets, &*self.pool, |out| {
             writes += 1;
-            self.device.ring.lock().unwrap().extend(out.iter().copied());
+            let lane = queue.queue_id as usize % LANES;
+            self.device
+                .lane(lane)
+                .lock()
+                .unwrap()
+                .extend(out.iter().copied());
         });
         assert_eq!(writes, 1, "the writer must be called exactly once");
     }
@@ -628,21 +667,65 @@ fn bench_interceptor_cost_per_dispatch() {
 
 #[test]
 fn serialized_dispatches_pass_their_gates_one_at_a_time() {
+    let (outcome, got, device, pool) = three_queues_of_kernels(true);
+    let n = 3 * 100;
+    assert_eq!(outcome.metadata.dispatches, n);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), n);
+    // Each kernel: a ready barrier and a gate barrier in front of it.
+    assert_eq!(device.barriers.load(Ordering::SeqCst), 2 * n);
+    assert_eq!(device.gates.load(Ordering::SeqCst), n);
+    assert_eq!(got.dispatches.len() as u64, n);
+    assert_eq!(pool.available(), 120, "every pooled signal came back");
+    // The device runs the three queues at once: only the gates keep their
+    // kernels apart.
+    assert_eq!(device.max_running.load(Ordering::SeqCst), 1);
+    let mut spans: Vec<(u64, u64)> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| (d.start_ns, d.end_ns))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "overlap: {:?} {:?}", w[0], w[1]);
+    }
+}
+
+#[test]
+fn without_serialization_the_fake_device_runs_queues_at_once() {
+    // The control of the test above: the same load unserialized overlaps,
+    // so the device can show a serializer that lets kernels through together.
+    let (outcome, _, device, _) = three_queues_of_kernels(false);
+    assert_eq!(outcome.metadata.dispatches, 300);
+    assert!(
+        device.max_running.load(Ordering::SeqCst) > 1,
+        "kernels of three queues never overlapped"
+    );
+}
+
+/// Three threads, each with its own queue (lanes 2, 3, 0 of the device),
+/// submit 100 kernels of 0.5 ms each (longer than the completion thread's polling interval, so gates opened too early overlap); 120 pooled signals (a smaller pool
+/// lets one queue take every signal and starve the others, which hides a
+/// serializer letting kernels of several queues through together).
+fn three_queues_of_kernels(
+    serialize: bool,
+) -> (WriterOutcome, Collected, Arc<FakeDevice>, Arc<FakePool>) {
     const THREADS: u64 = 3;
     const CALLS: u64 = 100;
     let h = Arc::new(Harness::with_options(
         EngineOptions {
             pid: 42,
-            max_in_flight: 30,
+            max_in_flight: 120,
             record_queue: 64,
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
-            serialize: true,
+            serialize,
             host_forwarding: false,
         },
         Names::default(),
     ));
+    h.device.kernel_ns.store(500_000, Ordering::SeqCst);
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let h = h.clone();
@@ -660,24 +743,7 @@ fn serialized_dispatches_pass_their_gates_one_at_a_time() {
     let h = Arc::try_unwrap(h).ok().expect("workers are done");
     let pool = h.pool.clone();
     let (outcome, got, device) = h.finish();
-    let n = THREADS * CALLS;
-    assert_eq!(outcome.metadata.dispatches, n);
-    assert_eq!(outcome.metadata.records_lost, 0);
-    assert_eq!(device.kernels.load(Ordering::SeqCst), n);
-    // Each kernel: a ready barrier and a gate barrier in front of it.
-    assert_eq!(device.barriers.load(Ordering::SeqCst), 2 * n);
-    assert_eq!(device.gates.load(Ordering::SeqCst), n);
-    assert_eq!(got.dispatches.len() as u64, n);
-    assert_eq!(pool.available(), 30, "every pooled signal came back");
-    let mut spans: Vec<(u64, u64)> = got
-        .dispatches
-        .iter()
-        .map(|(d, _)| (d.start_ns, d.end_ns))
-        .collect();
-    spans.sort_unstable();
-    for w in spans.windows(2) {
-        assert!(w[0].1 <= w[1].0, "overlap: {:?} {:?}", w[0], w[1]);
-    }
+    (outcome, got, device, pool)
 }
 
 #[test]
@@ -1562,6 +1628,10 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
     }));
     let device = Arc::new(FakeDevice {
         ring: Mutex::new(VecDeque::with_capacity(4096)),
+        lanes: Vec::new(),
+        kernel_ns: AtomicU64::new(500),
+        running: AtomicU64::new(0),
+        max_running: AtomicU64::new(0),
         signals: signals.clone(),
         stop: AtomicBool::new(false),
         paused: AtomicBool::new(false),
@@ -1570,7 +1640,7 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
         gates: AtomicU64::new(0),
     });
     let d = device.clone();
-    let device_thread = std::thread::spawn(move || d.run());
+    let device_thread = std::thread::spawn(move || d.run(0));
     // The completion thread counts its own allocations from its start.
     let (e, b) = (
         engine.clone(),
@@ -1841,4 +1911,58 @@ fn fuzz_random_packets_are_passed_or_traced_exactly() {
         traced > 1000 && codeless > 100,
         "{traced} traced, {codeless} codeless"
     );
+}
+
+/// A queue destroyed with dispatches that will never run (the device never
+/// reached them): the completion thread drops them, counts them lost, and
+/// gives their signals and ring slots back; the other queue's work goes on
+/// (with serialization: no token stays held by the dead queue).
+fn queue_destroyed_with_work_pending(serialize: bool) {
+    let h = Harness::with_options(
+        EngineOptions {
+            max_in_flight: 32,
+            ..serial_options(serialize)
+        },
+        Names::default(),
+    );
+    let dead = Arc::new(QueueContext::with_ring(1, 0, 0, 64));
+    let live = Arc::new(QueueContext::with_ring(2, 0, 0, 64));
+    // The device never reaches the dead queue's packets: they stay on a
+    // ring nobody runs (as on a queue whose head waits forever).
+    let mut stuck = Vec::new();
+    for n in 0..5 {
+        h.engine
+            .intercept(&dead, &[kernel_packet(0x10 + n, 0)], &*h.pool, |out| {
+                stuck.extend_from_slice(out)
+            });
+    }
+    assert_eq!(dead.in_flight(), 5);
+    dead.mark_destroyed();
+    let t0 = Instant::now();
+    while dead.in_flight() > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never dropped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(dead.slots_in_use(), 0, "ring slots given back");
+    // The live queue still traces (and, serialized, gets the token).
+    for n in 0..5 {
+        h.submit(&live, &[kernel_packet(0x20 + n, 0)]);
+    }
+    let pool = h.pool.clone();
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.records_lost, 5);
+    assert_eq!(outcome.metadata.dispatches, 5);
+    assert!(got.dispatches.iter().all(|(d, _)| d.queue_id == 2));
+    assert_eq!(pool.available(), 32, "the dead queue's signals came back");
+    drop(stuck);
+}
+
+#[test]
+fn a_queue_destroyed_with_work_pending_drops_it_as_lost() {
+    queue_destroyed_with_work_pending(false);
+}
+
+#[test]
+fn a_queue_destroyed_with_work_pending_drops_it_as_lost_when_serialized() {
+    queue_destroyed_with_work_pending(true);
 }

@@ -20,6 +20,8 @@
 //                   queue 2: a kernel, then a packet of undefined type 7; queue 3: a kernel, then a dispatch
 //                   of kernel object 0. Prints QUEUE_ERROR queue=<q> status=<hsa_status_t> for each error
 //                   callback (waits up to 5 s for queues 2 and 3), UNKNOWN_LAUNCHED N and the usual report.
+//   destroy_gated N one queue: a barrier-AND on a host signal never opened, N kernels behind it, then
+//                   hsa_queue_destroy (the kernels never run) and hsa_shut_down; prints DESTROY_SECONDS
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
 //                   serialized kernels in enqueue order would deadlock here.)
@@ -325,6 +327,29 @@ int main(int argc, char** argv) {
   }
   if (mode == "bad_packets") {
     bad_packets(argc > 3 ? atoi(argv[3]) : 10);
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "destroy_gated") {
+    int n = argc > 3 ? atoi(argv[3]) : 10;
+    hsa_queue_t* q = make_queue();
+    hsa_signal_t gate;
+    CHECK(hsa_signal_create(1, 0, nullptr, &gate));
+    uint64_t idx = reserve(q);
+    auto* p = (hsa_barrier_and_packet_t*)q->base_address + (idx & (q->size - 1));
+    memset((char*)p + 4, 0, sizeof(*p) - 4);
+    p->dep_signal[0] = gate;
+    publish(q, idx, p, header(HSA_PACKET_TYPE_BARRIER_AND, true), 0);
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    report();
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(hsa_queue_destroy(q));
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("DESTROY_SECONDS %.3f\n", s);
+    CHECK(hsa_signal_destroy(gate));
     CHECK(hsa_shut_down());
     return 0;
   }
