@@ -208,6 +208,12 @@ impl FakeDevice {
 
 #[derive(Default)]
 struct Collected {
+    /// Count records without keeping them (load tests: flat memory).
+    count_only: bool,
+    dispatch_count: u64,
+    dispatch_id_sum: u64,
+    max_dispatch_id: u64,
+    intercept_count: u64,
     started: bool,
     intercepts: Vec<InterceptRecord>,
     dispatches: Vec<(DispatchRecord, String)>,
@@ -222,15 +228,21 @@ impl RecordSink for CollectSink {
         Ok(())
     }
     fn intercept(&mut self, rec: &InterceptRecord) -> std::io::Result<()> {
-        self.0.lock().unwrap().intercepts.push(*rec);
+        let mut c = self.0.lock().unwrap();
+        c.intercept_count += 1;
+        if !c.count_only {
+            c.intercepts.push(*rec);
+        }
         Ok(())
     }
     fn dispatch(&mut self, rec: &DispatchRecord, kernel: &KernelInfo<'_>) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .unwrap()
-            .dispatches
-            .push((*rec, kernel.display_name.to_string()));
+        let mut c = self.0.lock().unwrap();
+        c.dispatch_count += 1;
+        c.dispatch_id_sum += rec.dispatch_id;
+        c.max_dispatch_id = c.max_dispatch_id.max(rec.dispatch_id);
+        if !c.count_only {
+            c.dispatches.push((*rec, kernel.display_name.to_string()));
+        }
         Ok(())
     }
     fn finish(&mut self, meta: &RunMetadata) -> std::io::Result<()> {
@@ -1965,4 +1977,121 @@ fn a_queue_destroyed_with_work_pending_drops_it_as_lost() {
 #[test]
 fn a_queue_destroyed_with_work_pending_drops_it_as_lost_when_serialized() {
     queue_destroyed_with_work_pending(true);
+}
+
+/// Resident set size of this process, bytes.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// The load test of issue 12: 8 threads, each with 4 queues, `per_queue`
+/// calls per queue, round robin over its queues: kernels (every 7th with an
+/// app signal the thread then waits for), and every 5th call a barrier-AND
+/// completing an app signal, also waited for. A 64-signal pool and 48-slot
+/// rings keep back-pressure on. Exact counts, no loss, every pooled signal
+/// back, and memory flat once warm (a counting sink keeps no records).
+fn load_8_threads_4_queues(per_queue: u64) {
+    const THREADS: u64 = 8;
+    const QUEUES: u64 = 4;
+    let h = Arc::new(Harness::with_options(
+        EngineOptions {
+            max_in_flight: 64,
+            record_queue: 4096,
+            ..serial_options(false)
+        },
+        Names::default(),
+    ));
+    h.collected.lock().unwrap().count_only = true;
+    let warm_rss = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (h, warm_rss, done) = (h.clone(), warm_rss.clone(), done.clone());
+            std::thread::spawn(move || {
+                let queues: Vec<_> = (0..QUEUES)
+                    .map(|q| Arc::new(QueueContext::with_ring(100 + t * QUEUES + q, 0, 0, 64)))
+                    .collect();
+                let app = 2000 + t;
+                let wait_app = || {
+                    let t0 = Instant::now();
+                    while h.signals.value[Signals::idx(app)].load(Ordering::SeqCst) > 0 {
+                        assert!(
+                            t0.elapsed() < Duration::from_secs(30),
+                            "deadlock: app signal never completed"
+                        );
+                        std::thread::yield_now();
+                    }
+                };
+                for n in 0..per_queue * QUEUES {
+                    let q = &queues[(n % QUEUES) as usize];
+                    if n % 5 == 4 {
+                        h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+                        h.submit(q, &[RawPacket::forwarding_barrier(app, 2)]);
+                        wait_app();
+                    } else if n % 7 == 6 {
+                        h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+                        h.submit(q, &[kernel_packet(0x100 + n % 3, app)]);
+                        wait_app();
+                    } else {
+                        h.submit(q, &[kernel_packet(0x100 + n % 3, 0)]);
+                    }
+                    if t == 0 && n == per_queue * QUEUES / 10 {
+                        warm_rss.store(rss_bytes(), Ordering::SeqCst);
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let end_rss = rss_bytes();
+    let elapsed = t0.elapsed();
+    let h = Arc::try_unwrap(h).ok().expect("workers are done");
+    let pool = h.pool.clone();
+    let (outcome, got, device) = h.finish();
+    let calls = per_queue * QUEUES;
+    let kernels_per_thread = (0..calls).filter(|n| n % 5 != 4).count() as u64;
+    let expected = THREADS * kernels_per_thread;
+    assert_eq!(done.load(Ordering::SeqCst), THREADS);
+    assert_eq!(outcome.metadata.records_lost, 0, "back-pressure, not loss");
+    assert_eq!(outcome.metadata.dispatches, expected);
+    assert_eq!(got.dispatch_count, expected);
+    assert_eq!(got.max_dispatch_id, expected);
+    assert_eq!(
+        got.dispatch_id_sum,
+        expected * (expected + 1) / 2,
+        "dispatch ids 1..=n once each"
+    );
+    assert_eq!(got.intercept_count, expected);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), expected);
+    assert_eq!(pool.available(), 64, "every pooled signal came back");
+    let warm = warm_rss.load(Ordering::SeqCst);
+    let growth = end_rss.saturating_sub(warm);
+    eprintln!(
+        "load: {expected} dispatches in {elapsed:?}, RSS {} MiB after 10%, {} MiB at the end",
+        warm >> 20,
+        end_rss >> 20
+    );
+    assert!(
+        growth < 16 << 20,
+        "memory grew {} MiB after warm-up",
+        growth >> 20
+    );
+}
+
+#[test]
+fn load_8_threads_4_queues_exact_counts_no_deadlock_flat_memory() {
+    // CI size: 8 x 4 x 10,000 calls (256,000 kernels, 64,000 barriers).
+    load_8_threads_4_queues(10_000);
+}
+
+#[test]
+#[ignore = "benchmark-size load test (8 x 4 x 1M calls, minutes): cargo test -p rprof-core --lib -- --ignored load_8_threads_4_queues_1m"]
+fn load_8_threads_4_queues_1m() {
+    load_8_threads_4_queues(1_000_000);
 }
