@@ -49,7 +49,8 @@ run_step "clippy"              cargo clippy --workspace --all-targets -- -D warn
 run_step "docs"                env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 run_step "build"               cargo build --workspace
 run_step "tests (ROCm 5.2)"    cargo test --workspace --no-fail-fast
-for s in scripts/check-hsa-sys-drift.sh scripts/check-perfetto-drift.sh scripts/pool-loom.sh; do
+run_step "valgrind teardown (ROCm 5.2)" cargo test -p rprof-core --test kernel_trace -- --ignored teardown_races_under_valgrind_memcheck
+for s in scripts/check-hsa-sys-drift.sh scripts/check-perfetto-drift.sh scripts/pool-loom.sh scripts/pool-sanitizers.sh; do
   if [ -f "$s" ]; then run_step "$s" bash "$s"; fi
 done
 for v in 6.1 6.4; do

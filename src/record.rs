@@ -238,6 +238,21 @@ pub struct RunInfo {
     pub hostname: String,
     /// `CLOCK_BOOTTIME` ns when tracing started.
     pub start_ns: u64,
+    /// The GPU is rprof's emulated one (no `/dev/kfd`, or `--device
+    /// emulated`): every output says so ([`RunInfo::device`]), since its
+    /// kernel times are modelled, not measured.
+    pub emulated_device: bool,
+}
+
+impl RunInfo {
+    /// `"emulated"` or `"hardware"`: the device the outputs describe.
+    pub fn device(&self) -> &'static str {
+        if self.emulated_device {
+            "emulated"
+        } else {
+            "hardware"
+        }
+    }
 }
 
 /// Counters written at the end of the run.

@@ -127,6 +127,7 @@ fn run_info() -> RunInfo {
         cmdline: vec!["./vecadd".into(), "--n".into(), "1024".into()],
         hostname: "testhost".into(),
         start_ns: BASE_NS - 1_000,
+        ..Default::default()
     }
 }
 

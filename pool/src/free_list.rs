@@ -196,15 +196,22 @@ mod stress {
             list.push(v);
         }
         std::thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    for _ in 0..200_000 {
-                        if let Some(v) = list.pop() {
-                            assert!(v < 3);
-                            list.push(v);
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        for _ in 0..200_000 {
+                            if let Some(v) = list.pop() {
+                                assert!(v < 3);
+                                list.push(v);
+                            }
                         }
-                    }
-                });
+                    })
+                })
+                .collect();
+            // Joined explicitly: ThreadSanitizer sees pthread_join, not
+            // the uninstrumented end-of-scope wait.
+            for w in workers {
+                w.join().unwrap();
             }
         });
         let mut left: Vec<u32> = std::iter::from_fn(|| list.pop()).collect();

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::sync::Barrier;
 use std::thread;
@@ -183,31 +184,41 @@ fn stress_four_threads_never_double_use() {
     // Small capacity so threads contend and back-pressure kicks in.
     let pool = pool(3, 2);
     let barrier = Barrier::new(THREADS);
+    // Every scoped thread is joined explicitly: ThreadSanitizer sees
+    // pthread_join, not the end-of-scope wait of an uninstrumented std
+    // (scripts/pool-sanitizers.sh).
     thread::scope(|s| {
-        for t in 0..THREADS {
-            let pool = &pool;
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                for i in 0..CYCLES {
-                    let h = take_retrying(pool);
-                    let raw = h.raw();
-                    pool.provider().begin_use(raw);
-                    if (i + t) % 3 == 0 {
-                        // Released on another thread than the one that acquired it.
-                        thread::scope(|s| {
-                            s.spawn(move || {
-                                assert_eq!(h.raw(), raw);
-                                pool.provider().end_use(raw);
-                                drop(h);
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let pool = &pool;
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..CYCLES {
+                        let h = take_retrying(pool);
+                        let raw = h.raw();
+                        pool.provider().begin_use(raw);
+                        if (i + t) % 3 == 0 {
+                            // Released on another thread than the one that acquired it.
+                            thread::scope(|s| {
+                                s.spawn(move || {
+                                    assert_eq!(h.raw(), raw);
+                                    pool.provider().end_use(raw);
+                                    drop(h);
+                                })
+                                .join()
+                                .unwrap();
                             });
-                        });
-                    } else {
-                        pool.provider().end_use(raw);
-                        drop(h);
+                        } else {
+                            pool.provider().end_use(raw);
+                            drop(h);
+                        }
                     }
-                }
-            });
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
         }
     });
     let stats = pool.stats();
@@ -219,32 +230,80 @@ fn stress_four_threads_never_double_use() {
     assert!(stats.high_water <= 3 && stats.high_water >= 1);
 }
 
+/// Plain (non-atomic) state per signal, touched only by the thread holding
+/// that signal's handle, as the engine touches a dispatch's signal.
+struct PerSignal(Vec<UnsafeCell<u64>>);
+
+// SAFETY: cell `i` is only accessed by the one thread holding signal `i`
+// (the pool hands each signal to one holder at a time), or by the test
+// thread after every worker was joined.
+unsafe impl Sync for PerSignal {}
+
+#[test]
+fn a_release_publishes_the_holders_writes_to_the_next_holder() {
+    // The free list's release/acquire hand-over is all that orders one
+    // holder's plain writes before the next holder's: a weakened ordering
+    // there is a data race ThreadSanitizer reports
+    // (scripts/pool-sanitizers.sh), and may lose counts here.
+    const THREADS: usize = 4;
+    const CYCLES: u64 = 50_000;
+    let pool = pool(3, 3);
+    let cells = PerSignal((0..=3).map(|_| UnsafeCell::new(0)).collect());
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (pool, cells) = (&pool, &cells);
+                s.spawn(move || {
+                    for _ in 0..CYCLES {
+                        let h = take_retrying(pool);
+                        // SAFETY: this thread holds the signal's handle
+                        // until the drop below; nobody else touches its cell.
+                        unsafe { *cells.0[h.raw().0 as usize].get() += 1 };
+                        drop(h);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    // SAFETY: every worker was joined; this thread is the only one left.
+    let counted: u64 = cells.0.iter().map(|c| unsafe { *c.get() }).sum();
+    assert_eq!(counted, THREADS as u64 * CYCLES);
+}
+
 #[test]
 fn stress_with_growth_under_contention() {
     const THREADS: usize = 4;
     let pool = pool(256, 64);
     let barrier = Barrier::new(THREADS);
     thread::scope(|s| {
-        for _ in 0..THREADS {
-            let pool = &pool;
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                for _ in 0..20_000 {
-                    // Hold several at once to force growth while others acquire.
-                    let hs: Vec<_> = (0..40).map(|_| take_retrying(pool)).collect();
-                    for h in &hs {
-                        pool.provider().begin_use(h.raw());
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let pool = &pool;
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    for _ in 0..20_000 {
+                        // Hold several at once to force growth while others acquire.
+                        let hs: Vec<_> = (0..40).map(|_| take_retrying(pool)).collect();
+                        for h in &hs {
+                            pool.provider().begin_use(h.raw());
+                        }
+                        for h in &hs {
+                            pool.provider().end_use(h.raw());
+                        }
+                        drop(hs);
+                        if pool.stats().created == 256 {
+                            break;
+                        }
                     }
-                    for h in &hs {
-                        pool.provider().end_use(h.raw());
-                    }
-                    drop(hs);
-                    if pool.stats().created == 256 {
-                        break;
-                    }
-                }
-            });
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
         }
     });
     let stats = pool.stats();

@@ -56,6 +56,8 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
+#[cfg(test)]
+mod fuzz;
 mod parse;
 mod tuning;
 mod variables;
@@ -165,7 +167,23 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// The error; control characters the message quotes from a value (a
+    /// newline in an environment variable) are escaped, so it stays one line.
     fn new(variable: &'static str, message: String) -> Self {
+        let message = if message.contains(char::is_control) {
+            message
+                .chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        } else {
+            message
+        };
         ConfigError { variable, message }
     }
 }

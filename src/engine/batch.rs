@@ -160,7 +160,13 @@ impl<S: DispatchSignal> Engine<S> {
         source: &dyn SignalSource<S>,
         write: impl FnOnce(&[RawPacket]),
     ) {
-        let kernels = packets.iter().filter(|p| p.is_kernel_dispatch()).count();
+        let (kernels, codeless) = count_dispatches(packets);
+        if codeless > 0 && self.is_tracing() {
+            // Dispatches of no code object pass through untouched (the
+            // device faults the queue on them, as without rprof): they can
+            // never be timed, so they count as lost.
+            self.count_lost(codeless as u64);
+        }
         if kernels == 0 {
             write(packets);
             return;
@@ -392,7 +398,7 @@ impl<S: DispatchSignal> Engine<S> {
                 continue;
             }
             let marked = markers_from.take();
-            if !p.is_kernel_dispatch() {
+            if !is_traceable(p) {
                 batch.packets.push(*p);
                 continue;
             }
@@ -506,6 +512,31 @@ impl<S: DispatchSignal> Engine<S> {
             wait.pause();
         }
     }
+}
+
+/// Whether rprof rewrites and records `p`: a kernel dispatch of a code
+/// object. Every other packet — barriers, vendor-specific packets, packets
+/// of an invalid or unknown type, dispatches of kernel object 0 — reaches
+/// the device exactly as the app wrote it. (A dispatch of a non-zero object
+/// rprof has no name for is traced; the writer names it as unknown.)
+#[inline]
+pub(super) fn is_traceable(p: &RawPacket) -> bool {
+    p.is_kernel_dispatch() && p.kernel_object() != 0
+}
+
+/// `(traceable dispatches, dispatches of kernel object 0)` among `packets`.
+#[inline]
+fn count_dispatches(packets: &[RawPacket]) -> (usize, usize) {
+    let mut kernels = 0;
+    let mut codeless = 0;
+    for p in packets.iter().filter(|p| p.is_kernel_dispatch()) {
+        if p.kernel_object() == 0 {
+            codeless += 1;
+        } else {
+            kernels += 1;
+        }
+    }
+    (kernels, codeless)
 }
 
 /// Counts a batch's dispatches and ring slots on their queue.

@@ -52,7 +52,7 @@ impl<S: DispatchSignal> Engine<S> {
         let per_kernel = 1 + if self.options.serialize { 2 } else { 0 };
         packets
             .iter()
-            .filter(|p| p.is_kernel_dispatch())
+            .filter(|p| super::batch::is_traceable(p))
             .map(|p| {
                 per_kernel + u64::from(p.completion_signal() != 0 && !self.options.host_forwarding)
             })

@@ -81,6 +81,7 @@ struct JsonRun<'a> {
     cmdline: &'a [String],
     hostname: &'a str,
     start_ns: u64,
+    device: &'static str,
 }
 
 #[derive(Serialize)]
@@ -185,6 +186,7 @@ impl RecordSink for JsonSink {
                 cmdline: &run.cmdline,
                 hostname: &run.hostname,
                 start_ns: run.start_ns,
+                device: run.device(),
             },
         )?;
         self.out.write_all(b",\"agents\":[")?;

@@ -957,6 +957,7 @@ impl RecordSink for PerfettoSink {
             n("start_ns"),
             n("end_ns"),
             n("hostname"),
+            n("device"),
         ];
         let values = [
             meta.dispatches,
@@ -979,8 +980,12 @@ impl RecordSink for PerfettoSink {
             })
             .collect();
         args.push(Arg {
-            name: keys[keys.len() - 1],
+            name: keys[keys.len() - 2],
             value: ArgValue::Str(&s.run.hostname),
+        });
+        args.push(Arg {
+            name: keys[keys.len() - 1],
+            value: ArgValue::Str(s.run.device()),
         });
         s.writer
             .write_instant(PROCESS_TRACK_UUID, ts, name, &args)?;

@@ -537,15 +537,16 @@ impl RocpdSink {
         let table = self.table("rocpd_info_process");
         self.db.execute(
             &format!(
-                "INSERT INTO {table} (id, nid, ppid, pid, init, start, command) \
-                 VALUES (?1, ?2, ?3, ?1, ?4, ?4, ?5)"
+                "INSERT INTO {table} (id, nid, ppid, pid, init, start, command, extdata) \
+                 VALUES (?1, ?2, ?3, ?1, ?4, ?4, ?5, ?6)"
             ),
             params![
                 self.pid,
                 self.node_id,
                 ppid,
                 int(run.start_ns),
-                run.cmdline.join(" ")
+                run.cmdline.join(" "),
+                serde_json::json!({ "device": run.device() }).to_string()
             ],
         )?;
         Ok(())
@@ -969,6 +970,7 @@ mod tests {
             cmdline: vec!["./app".into(), "--n".into(), "3".into()],
             hostname: "host-a".into(),
             start_ns: 1_000,
+            ..Default::default()
         }
     }
 

@@ -243,6 +243,7 @@ mod tests {
                 cmdline: vec!["./app".into()],
                 hostname: "host".into(),
                 start_ns: 1_000,
+                ..Default::default()
             },
             &[AgentInfo {
                 index: 0,

@@ -43,7 +43,13 @@ pub struct StatsSink {
     markers: HashMap<&'static str, KernelStats>,
     /// Per copy direction: the figures and the bytes copied.
     copies: std::collections::BTreeMap<crate::record::CopyDirection, (KernelStats, u64)>,
+    /// The run is on rprof's emulated GPU: the printed table says so.
+    emulated: bool,
 }
+
+/// The line the printed table ends with on the emulated GPU.
+pub const EMULATED_NOTE: &str =
+    "device: EMULATED GPU (rprof's emulator, no /dev/kfd): kernel times are modelled, not measured\n";
 
 impl StatsSink {
     /// Writes the CSV to `path` (if any) and prints the table on stderr if
@@ -58,6 +64,7 @@ impl StatsSink {
             by_region: HashMap::new(),
             markers: HashMap::new(),
             copies: Default::default(),
+            emulated: false,
         }
     }
 
@@ -245,7 +252,8 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 impl RecordSink for StatsSink {
-    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+    fn start(&mut self, run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
+        self.emulated = run.emulated_device;
         Ok(())
     }
 
@@ -339,6 +347,9 @@ impl RecordSink for StatsSink {
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
         if self.print {
             let _ = io::stderr().write_all(self.to_table().as_bytes());
+            if self.emulated {
+                let _ = io::stderr().write_all(EMULATED_NOTE.as_bytes());
+            }
             if let Some(t) = self.rpc_text() {
                 let _ = io::stderr().write_all(t.as_bytes());
             }

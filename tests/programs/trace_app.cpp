@@ -14,6 +14,14 @@
 //                   then the host opens the gate and waits for the queue (prints GATED_SECONDS)
 //   signal N SIG MS N dispatches, a barrier waited for (all done), MS ms of sleep, then raise(SIG) (TERM, INT or
 //                   KILL) and sleep forever: the process ends however that signal ends it
+//   bad_packets N   packets a tracer must not touch, each on its own queue (created with an error callback):
+//                   queue 1: N kernels, a vendor-specific PM4-IB packet (empty IB) with a completion signal,
+//                   N dispatches of a kernel object no loader knows (a copy of alpha's descriptor), a barrier;
+//                   queue 2: a kernel, then a packet of undefined type 7; queue 3: a kernel, then a dispatch
+//                   of kernel object 0. Prints QUEUE_ERROR queue=<q> status=<hsa_status_t> for each error
+//                   callback (waits up to 5 s for queues 2 and 3), UNKNOWN_LAUNCHED N and the usual report.
+//   destroy_gated N one queue: a barrier-AND on a host signal never opened, N kernels behind it, then
+//                   hsa_queue_destroy (the kernels never run) and hsa_shut_down; prints DESTROY_SECONDS
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
 //                   serialized kernels in enqueue order would deadlock here.)
@@ -128,6 +136,88 @@ static hsa_queue_t* make_queue() {
 
 static std::atomic<long> g_count[3];
 
+static void report();
+
+static std::atomic<int> g_queue_errors[4];
+static std::atomic<int> g_queue_status[4];
+
+static void on_queue_error(hsa_status_t status, hsa_queue_t*, void* data) {
+  int q = (int)(intptr_t)data;
+  if (q < 0 || q > 3) return;
+  g_queue_status[q] = (int)status;
+  g_queue_errors[q]++;
+}
+
+static hsa_queue_t* make_queue_reporting(int id) {
+  hsa_queue_t* q;
+  CHECK(hsa_queue_create(g_gpu, 256, HSA_QUEUE_TYPE_MULTI, on_queue_error, (void*)(intptr_t)id, UINT32_MAX,
+                         UINT32_MAX, &q));
+  return q;
+}
+
+// Writes a raw 64-byte packet (the first 4 bytes, header and setup, last).
+static void raw_packet(hsa_queue_t* q, const uint8_t (&bytes)[64]) {
+  uint64_t idx = reserve(q);
+  auto* p = (uint8_t*)q->base_address + 64 * (idx & (q->size - 1));
+  memcpy(p + 4, bytes + 4, 60);
+  uint32_t first;
+  memcpy(&first, bytes, 4);
+  __atomic_store_n((uint32_t*)p, first, __ATOMIC_RELEASE);
+  hsa_signal_store_screlease(q->doorbell_signal, idx);
+}
+
+static void bad_packets(int n) {
+  hsa_signal_t done, vendor_done;
+  CHECK(hsa_signal_create(1, 0, nullptr, &done));
+  CHECK(hsa_signal_create(1, 0, nullptr, &vendor_done));
+  hsa_queue_t* q1 = make_queue_reporting(1);
+  for (int i = 0; i < n; i++) {
+    dispatch(q1, g_kernels[0], 64, 64, hsa_signal_t{0});
+    g_count[0]++;
+  }
+  // AMD vendor-specific packet, format PM4 IB (1), an empty indirect buffer, a completion signal at byte 56.
+  uint8_t vendor[64] = {0};
+  uint16_t vh = header(HSA_PACKET_TYPE_VENDOR_SPECIFIC, true);
+  memcpy(vendor, &vh, 2);
+  vendor[2] = 1;
+  memcpy(vendor + 56, &vendor_done.handle, 8);
+  raw_packet(q1, vendor);
+  // A kernel object nothing loaded: a copy of alpha's descriptor in memory of the app's own.
+  void* copy = nullptr;
+  CHECK(hsa_amd_memory_pool_allocate(g_kernarg_pool, 4096, 0, &copy));
+  CHECK(hsa_amd_agents_allow_access(1, &g_gpu, nullptr, copy));
+  memcpy(copy, (const void*)g_kernels[0].object, 64);
+  Kernel unknown = {"unknown", (uint64_t)copy};
+  for (int i = 0; i < n; i++) dispatch(q1, unknown, 64, 64, hsa_signal_t{0});
+  printf("UNKNOWN_LAUNCHED %d\n", n);
+  barrier(q1, done);
+  wait_zero(done);
+  wait_zero(vendor_done);
+  // Queue 2: a packet of undefined type 7. Queue 3: a dispatch of kernel object 0.
+  hsa_queue_t* q2 = make_queue_reporting(2);
+  dispatch(q2, g_kernels[1], 128, 64, hsa_signal_t{0});
+  g_count[1]++;
+  uint8_t undefined[64] = {0};
+  uint16_t uh = (uint16_t)(7 << HSA_PACKET_HEADER_TYPE);
+  memcpy(undefined, &uh, 2);
+  raw_packet(q2, undefined);
+  hsa_queue_t* q3 = make_queue_reporting(3);
+  dispatch(q3, g_kernels[2], 192, 64, hsa_signal_t{0});
+  g_count[2]++;
+  Kernel none = {"none", 0};
+  dispatch(q3, none, 64, 64, hsa_signal_t{0});
+  auto t0 = std::chrono::steady_clock::now();
+  while ((g_queue_errors[2] == 0 || g_queue_errors[3] == 0) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int q = 1; q <= 3; q++)
+    if (g_queue_errors[q]) printf("QUEUE_ERROR queue=%d status=%#x\n", q, g_queue_status[q].load());
+  report();
+  CHECK(hsa_queue_destroy(q1));
+  hsa_queue_destroy(q2);
+  hsa_queue_destroy(q3);
+}
+
 // One thread's work: n dispatches on q; every 3rd carries a signal the thread waits on.
 static void work(hsa_queue_t* q, int n, int salt) {
   hsa_signal_t own;
@@ -232,6 +322,34 @@ int main(int argc, char** argv) {
     }
     report();
     CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "bad_packets") {
+    bad_packets(argc > 3 ? atoi(argv[3]) : 10);
+    CHECK(hsa_shut_down());
+    return 0;
+  }
+  if (mode == "destroy_gated") {
+    int n = argc > 3 ? atoi(argv[3]) : 10;
+    hsa_queue_t* q = make_queue();
+    hsa_signal_t gate;
+    CHECK(hsa_signal_create(1, 0, nullptr, &gate));
+    uint64_t idx = reserve(q);
+    auto* p = (hsa_barrier_and_packet_t*)q->base_address + (idx & (q->size - 1));
+    memset((char*)p + 4, 0, sizeof(*p) - 4);
+    p->dep_signal[0] = gate;
+    publish(q, idx, p, header(HSA_PACKET_TYPE_BARRIER_AND, true), 0);
+    for (int i = 0; i < n; i++) {
+      dispatch(q, g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    report();
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(hsa_queue_destroy(q));
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("DESTROY_SECONDS %.3f\n", s);
+    CHECK(hsa_signal_destroy(gate));
     CHECK(hsa_shut_down());
     return 0;
   }

@@ -230,7 +230,7 @@ impl ChildEnv {
     /// directory to keep until the child ends, if one was made.
     fn use_emulator(&mut self, device: Device, exe: &Path) -> Option<libraries::ThunkDir> {
         if device == Device::Auto {
-            eprintln!("rprof: no /dev/kfd on this machine: using the emulated GPU (--device native to refuse)");
+            eprintln!("{AUTO_EMULATED_WARNING}");
         }
         match emulator_env(exe) {
             Ok((name, value, dir)) => {
@@ -270,6 +270,16 @@ impl ChildEnv {
         cmd
     }
 }
+
+/// Said first when `--device auto` found no `/dev/kfd` (a container started
+/// without it, a machine without the driver).
+const AUTO_EMULATED_WARNING: &str =
+    "rprof: warning: no /dev/kfd on this machine: the application runs on rprof's \
+EMULATED GPU, not real hardware; kernel times are modelled (--device native to refuse)";
+
+/// The last line of every run on the emulated GPU.
+const EMULATED_SUMMARY: &str =
+    "rprof: device: EMULATED GPU (no /dev/kfd); the outputs say device \"emulated\"";
 
 /// The exit status when the application could not be started.
 fn cannot_run(app: &OsString, e: &io::Error) -> i32 {
@@ -311,6 +321,10 @@ fn wait_and_report(
     if plan.tracing {
         let lines = report.map(|r| r.read_all()).unwrap_or_default();
         written::report_outputs(plan, child_pid, &lines, &earlier_files);
+    }
+    if plan.emulated {
+        // Said again after the app's own output, next to the file names.
+        eprintln!("{EMULATED_SUMMARY}");
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
