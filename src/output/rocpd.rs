@@ -674,6 +674,36 @@ impl RocpdSink {
         Ok(())
     }
 
+    /// A new event row (ids count from 1 per database); returns its id.
+    /// Kernels and copies: stack and parent = rprof's correlation id,
+    /// external correlation 0; markers: parent 0, the correlation id twice.
+    fn insert_event(
+        &mut self,
+        category: i64,
+        stack_id: i64,
+        parent_stack_id: i64,
+        correlation_id: i64,
+        extdata: &str,
+    ) -> rusqlite::Result<i64> {
+        let event_id = self.next_event;
+        self.next_event += 1;
+        let events = self.table("rocpd_event");
+        self.db
+            .prepare_cached(&format!(
+                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id, \
+                 extdata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            ))?
+            .execute(params![
+                event_id,
+                category,
+                stack_id,
+                parent_stack_id,
+                correlation_id,
+                extdata
+            ])?;
+        Ok(event_id)
+    }
+
     /// One ROCTx marker, as rocprofv3 writes API records: an event with
     /// `{"message": ...}`, then a region (ranges, named after the operation)
     /// or a sample on the thread's marker track (marks).
@@ -681,16 +711,9 @@ impl RocpdSink {
         use crate::marker::MarkerKind;
         self.ensure_thread(r.thread_id)?;
         let category = self.string_id(crate::marker::MARKER_DOMAIN)?;
-        let event_id = self.next_event;
-        self.next_event += 1;
         let extdata = serde_json::json!({ "message": r.message }).to_string();
-        let events = self.table("rocpd_event");
-        self.db
-            .prepare_cached(&format!(
-                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id, \
-                 extdata) VALUES (?1, ?2, ?3, 0, ?3, ?4)"
-            ))?
-            .execute(params![event_id, category, int(r.correlation_id), extdata])?;
+        let corr = int(r.correlation_id);
+        let event_id = self.insert_event(category, corr, 0, corr, &extdata)?;
         if r.kind == MarkerKind::Mark {
             let track = match self.marker_tracks.get(&r.thread_id) {
                 Some(&t) => t,
@@ -751,15 +774,8 @@ impl RocpdSink {
         let category = self.string_id(KERNEL_DISPATCH)?;
         // --kernel-rename: the enclosing ROCTx range ("" otherwise).
         let region = self.string_id(region.unwrap_or(""))?;
-        let event_id = self.next_event;
-        self.next_event += 1;
-        let events = self.table("rocpd_event");
-        self.db
-            .prepare_cached(&format!(
-                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id) \
-                 VALUES (?1, ?2, ?3, ?3, 0)"
-            ))?
-            .execute(params![event_id, category, int(rec.correlation_id)])?;
+        let corr = int(rec.correlation_id);
+        let event_id = self.insert_event(category, corr, corr, 0, "{}")?;
         let dispatches = self.table("rocpd_kernel_dispatch");
         self.db
             .prepare_cached(&format!(
@@ -802,15 +818,8 @@ impl RocpdSink {
         let category = self.string_id(MEMORY_COPY)?;
         let name = self.string_id(rec.direction.name())?;
         let region = self.string_id("")?;
-        let event_id = self.next_event;
-        self.next_event += 1;
-        let events = self.table("rocpd_event");
-        self.db
-            .prepare_cached(&format!(
-                "INSERT INTO {events} (id, category_id, stack_id, parent_stack_id, correlation_id) \
-                 VALUES (?1, ?2, ?3, ?3, 0)"
-            ))?
-            .execute(params![event_id, category, int(rec.correlation_id)])?;
+        let corr = int(rec.correlation_id);
+        let event_id = self.insert_event(category, corr, corr, 0, "{}")?;
         let copies = self.table("rocpd_memory_copy");
         self.db
             .prepare_cached(&format!(
