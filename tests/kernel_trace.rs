@@ -1357,7 +1357,6 @@ fn apps_started_through_a_shell_get_their_own_outputs() {
 }
 
 #[test]
-#[ignore = "known bug (docs/reliability.md): Python's subprocess closes inherited descriptors, so the app loses RPROF_REPORT_FD and rprof never names its files"]
 fn apps_started_through_a_python_launcher_get_their_own_outputs() {
     wrapped_apps_get_their_own_outputs("wrapper-python");
 }

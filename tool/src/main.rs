@@ -24,7 +24,7 @@ use std::process::{Child, Command};
 
 use clap::Parser;
 use rprof_core::config::{ProcessFacts, TraceConfig};
-use rprof_tool::report::REPORT_FD_VAR;
+use rprof_tool::report::REPORT_DIR_VAR;
 
 use cli::{Cli, Command as CliCommand, Device, LaunchPlan};
 
@@ -76,16 +76,32 @@ fn run(cli: Cli) -> i32 {
     } else {
         None
     };
-    // The tool library reports each output file as finished or incomplete
-    // through this pipe (tool/src/report.rs); only finished files are
-    // reported as written.
-    let report = plan.tracing.then(written::ReportPipe::new).flatten();
-    if let Some(r) = &report {
-        env.set
-            .push((REPORT_FD_VAR.into(), r.write_fd.to_string().into()));
+    // Each traced process reports its output files as finished or
+    // incomplete into this private directory (tool/src/report.rs); only
+    // finished files are reported as written. Removed after the report.
+    let report = if plan.tracing {
+        match written::ReportDir::create(&std::env::temp_dir()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!(
+                    "rprof: cannot create the report directory in {} ({e}): \
+                     files the app writes are named incomplete",
+                    std::env::temp_dir().display()
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+    match &report {
+        Some(r) => env
+            .set
+            .push((REPORT_DIR_VAR.into(), r.path().as_os_str().to_owned())),
+        // Never an outer run's directory.
+        None => env.remove.push(REPORT_DIR_VAR.into()),
     }
     let spawned = env.command(&cli.app).spawn();
-    let report = report.map(written::ReportPipe::close_write_end);
     match spawned {
         Ok(child) => wait_and_report(child, &plan, report),
         Err(e) => cannot_run(&cli.app[0], &e),
@@ -293,11 +309,7 @@ fn cannot_run(app: &OsString, e: &io::Error) -> i32 {
 
 /// Waits for the application, reports the files its processes wrote, and
 /// returns its exit status (128 + N if it died of signal N).
-fn wait_and_report(
-    mut child: Child,
-    plan: &LaunchPlan,
-    report: Option<written::ReportPipe>,
-) -> i32 {
+fn wait_and_report(mut child: Child, plan: &LaunchPlan, report: Option<written::ReportDir>) -> i32 {
     // The terminal's Ctrl-C reaches the app too; rprof waits for it and
     // reports. Ignored only after the spawn, since SIG_IGN survives exec.
     ignore_interactive_signals();
@@ -319,7 +331,7 @@ fn wait_and_report(
         }
     };
     if plan.tracing {
-        let lines = report.map(|r| r.read_all()).unwrap_or_default();
+        let lines = report.as_ref().map(|r| r.read_all()).unwrap_or_default();
         written::report_outputs(plan, child_pid, &lines, &earlier_files);
     }
     if plan.emulated {

@@ -1,24 +1,34 @@
 //! What the flush tells about the output files: which were finished and
 //! which are incomplete, and why.
 //!
-//! The `rprof` command passes the write end of a pipe in `RPROF_REPORT_FD`;
-//! at the flush each traced process writes one line per output file to it
-//! (`done\tPATH` or `incomplete\tPATH\tREASON`), and the command prints
-//! "wrote PATH" only for files reported done. Without the variable (the
-//! library loaded by hand) incomplete files are named on stderr. It must not
-//! decide whether a file is finished: the writer's outcome says so.
+//! The `rprof` command makes a private directory for the run (`mkdtemp`,
+//! mode 0700) and names it in `RPROF_REPORT_DIR`; at the flush each traced
+//! process writes its report there as a new file of its own (one line per
+//! output file: `done\tPATH` or `incomplete\tPATH\tREASON`), and the command
+//! reads them after the app has ended and prints "wrote PATH" only for files
+//! reported done. A path in the environment reaches every process the app
+//! starts, whatever its launcher does with inherited descriptors (Python's
+//! `subprocess` and `mpirun` close them). Without the variable (the library
+//! loaded by hand), or if the report cannot be written, incomplete files are
+//! named on stderr. It must not decide whether a file is finished: the
+//! writer's outcome says so.
 //!
-//! # Safety
-//! Writing to the inherited descriptor is a `write(2)` on a number taken
-//! from the environment, checked first to be an open pipe.
+//! A report file is created `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0600) under a
+//! `.partial` name, written whole, then given its final `.report` name by a
+//! hard link (which never replaces an existing name): the command reads
+//! only whole reports.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use rprof_core::config::TraceConfig;
 
-/// The environment variable naming the report pipe's write end.
-pub const REPORT_FD_VAR: &str = "RPROF_REPORT_FD";
+/// The environment variable naming the run's private report directory.
+pub const REPORT_DIR_VAR: &str = "RPROF_REPORT_DIR";
+
+/// The ending of a finished report file's name in the report directory.
+pub const REPORT_SUFFIX: &str = ".report";
 
 /// The files the sinks write, in the order `outputs::open_outputs` opens
 /// them (Perfetto, CSV, JSON, statistics).
@@ -64,46 +74,69 @@ pub fn report_lines(
         .collect()
 }
 
-/// The report pipe, if `RPROF_REPORT_FD` names an open pipe.
-fn report_fd() -> Option<libc::c_int> {
-    let fd: libc::c_int = std::env::var(REPORT_FD_VAR).ok()?.parse().ok()?;
-    if fd < 3 {
-        return None;
+/// The report directory named in `RPROF_REPORT_DIR`, if it is absolute.
+fn report_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os(REPORT_DIR_VAR)?);
+    dir.is_absolute().then_some(dir)
+}
+
+/// Writes `body` into `dir` as a new report file of this process:
+/// `PID-N.partial` created new (never through a link, never over a file),
+/// then linked to `PID-N.report` once whole. N counts up past names taken
+/// (a process that flushes twice, a reused pid).
+pub fn write_report(dir: &Path, body: &str) -> std::io::Result<PathBuf> {
+    let pid = std::process::id();
+    for n in 0..1000u32 {
+        let partial = dir.join(format!("{pid}-{n}.partial"));
+        let done = dir.join(format!("{pid}-{n}{REPORT_SUFFIX}"));
+        if std::fs::symlink_metadata(&done).is_ok() {
+            continue;
+        }
+        let mut f = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&partial)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        };
+        let written = f.write_all(body.as_bytes());
+        drop(f);
+        let linked = written.and_then(|()| std::fs::hard_link(&partial, &done));
+        let _ = std::fs::remove_file(&partial);
+        match linked {
+            Ok(()) => return Ok(done),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
     }
-    // SAFETY: fstat on a descriptor number into a local stat buffer; an
-    // invalid number only makes it fail.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-        return None;
-    }
-    Some(fd)
+    Err(std::io::Error::other("no free report name"))
 }
 
 /// Sends the report to the `rprof` command, or names incomplete files on
-/// stderr when there is no command listening.
+/// stderr when there is no command listening (or the report cannot be
+/// written).
 pub fn report_outputs(files: &[PathBuf], failures: Option<&[Option<String>]>, stuck_reason: &str) {
     let lines = report_lines(files, failures, stuck_reason);
-    match report_fd() {
-        Some(fd) => {
-            // One write per line: a pipe write of at most PIPE_BUF bytes is
-            // atomic, so reports of several processes never interleave.
-            for line in &lines {
-                let b = line.as_bytes();
-                // SAFETY: writing a local buffer to the checked pipe.
-                let _ = unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
-            }
+    if let Some(dir) = report_dir() {
+        match write_report(&dir, &lines.concat()) {
+            Ok(_) => return,
+            Err(e) => eprintln!(
+                "rprof: cannot report the outputs to the rprof command ({}: {e})",
+                dir.display()
+            ),
         }
-        None => {
-            let mut err = std::io::stderr().lock();
-            for line in &lines {
-                let mut parts = line.trim_end().splitn(3, '\t');
-                if parts.next() == Some("incomplete") {
-                    let path = parts.next().unwrap_or("");
-                    let why = parts.next().unwrap_or("");
-                    let _ = writeln!(err, "rprof: {path} is incomplete: {why}");
-                }
-            }
+    }
+    let mut err = std::io::stderr().lock();
+    for line in &lines {
+        let mut parts = line.trim_end().splitn(3, '\t');
+        if parts.next() == Some("incomplete") {
+            let path = parts.next().unwrap_or("");
+            let why = parts.next().unwrap_or("");
+            let _ = writeln!(err, "rprof: {path} is incomplete: {why}");
         }
     }
 }

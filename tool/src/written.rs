@@ -1,74 +1,111 @@
 //! After the app: which output files its traced processes wrote, as they
-//! report them through a pipe (`RPROF_REPORT_FD`, written by the library's
-//! `rprof_tool::report`), and which exist unfinished.
+//! report them (each writes a report file into the run's private directory
+//! named in `RPROF_REPORT_DIR`, by the library's `rprof_tool::report`), and
+//! which exist unfinished.
 //!
-//! Owns the pipe's read side and what `rprof` prints about the outputs;
-//! must not decide output names by its own rules (it asks
+//! Owns the report directory, its reading, and what `rprof` prints about the
+//! outputs; must not decide output names by its own rules (it asks
 //! `rprof_core::config`, as the library does).
+//!
+//! The directory is made by `mkdtemp` (mode 0700, a name nobody can guess):
+//! no other user can list it, create a report in it or plant a link there;
+//! a process not started by this run does not know its name. It is read
+//! after the app has ended and removed.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use rprof_core::config::{ProcessFacts, TraceConfig};
+use rprof_tool::report::REPORT_SUFFIX;
 
 use crate::cli::LaunchPlan;
 
-/// The pipe through which traced processes report their output files.
-pub struct ReportPipe {
-    read_fd: libc::c_int,
-    /// The end the child inherits (its number goes in `RPROF_REPORT_FD`).
-    pub write_fd: libc::c_int,
+/// The most of one report file that is read (a report is a few lines per
+/// output file).
+const MAX_REPORT_BYTES: u64 = 1 << 20;
+
+/// The run's private directory into which traced processes write their
+/// reports; removed (with what is in it) on drop.
+pub struct ReportDir {
+    dir: PathBuf,
 }
 
-impl ReportPipe {
-    /// A pipe whose write end the child inherits (the read end is
-    /// close-on-exec and non-blocking).
-    pub fn new() -> Option<Self> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two descriptors into `fds`.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return None;
+impl ReportDir {
+    /// A fresh `rprof-report-XXXXXX` (mode 0700) under `base`.
+    pub fn create(base: &Path) -> std::io::Result<ReportDir> {
+        let mut template = base.join("rprof-report-XXXXXX").into_os_string().into_vec();
+        template.push(0);
+        // SAFETY: mkdtemp rewrites the trailing XXXXXX of our NUL-terminated
+        // buffer in place and creates the directory with mode 0700; the
+        // buffer outlives the call.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        if p.is_null() {
+            return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: fcntl on descriptors just created: the write end is
-        // inherited across exec, the read end never blocks.
-        unsafe {
-            libc::fcntl(fds[1], libc::F_SETFD, 0);
-            libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK);
-        }
-        Some(ReportPipe {
-            read_fd: fds[0],
-            write_fd: fds[1],
-        })
+        template.pop();
+        let dir = PathBuf::from(OsString::from_vec(template));
+        // Absolute, whatever TMPDIR says: the app may change directory.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        Ok(ReportDir { dir })
     }
 
-    /// Closes rprof's copy of the write end (the child has its own).
-    pub fn close_write_end(self) -> Self {
-        // SAFETY: our own descriptor, closed once.
-        unsafe { libc::close(self.write_fd) };
-        ReportPipe {
-            write_fd: -1,
-            ..self
-        }
+    /// The directory's path (the value of `RPROF_REPORT_DIR`).
+    pub fn path(&self) -> &Path {
+        &self.dir
     }
 
-    /// Everything reported so far, one entry per line.
-    pub fn read_all(self) -> Vec<String> {
-        let mut bytes = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: reading into a local buffer from our own descriptor.
-            let n = unsafe { libc::read(self.read_fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
+    /// Every line of every whole report in the directory (files named
+    /// `*.report`, regular, owned by this user; never through a link), in
+    /// name order.
+    pub fn read_all(&self) -> Vec<String> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.as_bytes().ends_with(REPORT_SUFFIX.as_bytes()))
+            })
+            .collect();
+        names.sort();
+        let mut lines = Vec::new();
+        for p in names {
+            let Ok(f) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&p)
+            else {
+                continue;
+            };
+            match f.metadata() {
+                Ok(m) if m.is_file() && m.uid() == me => {}
+                _ => continue,
             }
-            bytes.extend_from_slice(&buf[..n as usize]);
+            let mut bytes = Vec::new();
+            if f.take(MAX_REPORT_BYTES).read_to_end(&mut bytes).is_err() {
+                continue;
+            }
+            lines.extend(String::from_utf8_lossy(&bytes).lines().map(str::to_string));
         }
-        // SAFETY: our own descriptor, closed once.
-        unsafe { libc::close(self.read_fd) };
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        lines
+    }
+}
+
+impl Drop for ReportDir {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
