@@ -172,4 +172,46 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn reports_are_new_whole_files_never_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rprof-report-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let pid = std::process::id();
+        // Someone planted a link at the first partial name: it is not
+        // followed, its target is untouched, the next name is used.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(format!("{pid}-0.partial"))).unwrap();
+        let a = write_report(&dir, "done\t/o/a.csv\n").unwrap();
+        let b = write_report(&dir, "incomplete\t/o/b.csv\twhy\n").unwrap();
+        assert_eq!(a, dir.join(format!("{pid}-1.report")));
+        assert_eq!(b, dir.join(format!("{pid}-2.report")));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "done\t/o/a.csv\n");
+        assert_eq!(
+            std::fs::read_to_string(&b).unwrap(),
+            "incomplete\t/o/b.csv\twhy\n"
+        );
+        let m = std::fs::symlink_metadata(&a).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        // No partial file of ours is left (only the planted link).
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!("{pid}-0.partial"),
+            format!("{pid}-1.report"),
+            format!("{pid}-2.report"),
+            "victim".to_string(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -258,3 +258,43 @@ fn print_nothing_written(child_pid: u32, earlier_run: bool) {
 pub fn earlier_files(plan: &LaunchPlan, child_pid: u32) -> Vec<(u64, u64)> {
     existing_identities(&expected_outputs(plan, child_pid).0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_dir_is_private_reads_whole_reports_only_and_is_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let r = ReportDir::create(&std::env::temp_dir()).unwrap();
+        let other = ReportDir::create(&std::env::temp_dir()).unwrap();
+        assert_ne!(r.path(), other.path());
+        let m = std::fs::symlink_metadata(r.path()).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.permissions().mode() & 0o777, 0o700);
+        let d = r.path().to_path_buf();
+        std::fs::write(d.join("1-0.report"), "done\t/o/a.csv\n").unwrap();
+        std::fs::write(
+            d.join("2-0.report"),
+            "incomplete\t/o/b.csv\twhy\ndone\t/o/c.csv\n",
+        )
+        .unwrap();
+        // Unfinished, a link, a directory: never read.
+        std::fs::write(d.join("3-0.partial"), "done\t/o/partial.csv\n").unwrap();
+        std::fs::write(other.path().join("x"), "done\t/o/linked.csv\n").unwrap();
+        std::os::unix::fs::symlink(other.path().join("x"), d.join("4-0.report")).unwrap();
+        std::fs::create_dir(d.join("5-0.report")).unwrap();
+        assert_eq!(
+            r.read_all(),
+            [
+                "done\t/o/a.csv",
+                "incomplete\t/o/b.csv\twhy",
+                "done\t/o/c.csv"
+            ]
+        );
+        std::fs::remove_dir(d.join("5-0.report")).unwrap();
+        drop(r);
+        assert!(!d.exists());
+        drop(other);
+    }
+}
