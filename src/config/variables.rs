@@ -30,7 +30,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "RPROF_INTERCEPT_PASSTHROUGH",
     "RPROF_VERBOSE",
     "RPROF_PFTRACE_ENCODING",
-    "RPROF_REPORT_FD",
+    "RPROF_REPORT_DIR",
 ];
 
 /// `RPROF_*` variables read by others, never flagged as typos: the emulated
@@ -131,7 +131,7 @@ mod tests {
             "RPROF_OUTPUT_DIRR",
             // Known, or another tool's: never flagged.
             "RPROF_VERBOSE",
-            "RPROF_REPORT_FD",
+            "RPROF_REPORT_DIR",
             "RPROF_EMU_GPUS",
             "RPROF_TEST_ROCM",
             "RPROF_BIN",

@@ -33,7 +33,8 @@
 //! - [`signals`] implements the signal pool's provider with ROCr (memory
 //!   signals without driver events) and the engine's completion backend.
 //! - `outputs` opens the sinks the configuration asks for; `report` tells
-//!   the `rprof` command (pipe in `RPROF_REPORT_FD`) which output files were
+//!   the `rprof` command (a file in the directory named in
+//!   `RPROF_REPORT_DIR`) which output files were
 //!   finished and which are incomplete, and why.
 //! - [`single`] keeps a second copy of this library in the same process
 //!   inactive; `terminate` flushes on SIGTERM / SIGINT, then ends by the
