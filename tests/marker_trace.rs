@@ -9,7 +9,10 @@
 //! that capture is impossible. `--sys-trace` on `marker_app copies` (copies,
 //! markers and kernels in one HIP program): exact counts of each in the CSV,
 //! JSON, Perfetto and rocpd outputs, and rocpd's views answering with the
-//! CSV's numbers.
+//! CSV's numbers. On 6.1 and 6.4, the app linked to the ROCTx library the
+//! runtime's Debian ships (roctracer's `libroctx64.so.4`, in the root via
+//! `scripts/rocm-env.sh`) is captured the same way, with the library's own
+//! return values.
 
 mod harness;
 
@@ -564,5 +567,122 @@ fn sys_trace_counts_copies_markers_and_kernels_exactly_in_every_format() {
         ),
         markers,
         "rocpd regions_and_samples per message"
+    );
+}
+
+/// marker_app built with `-DSHIPPED_ROCTX` and linked to the ROCTx library
+/// the runtime's root ships (`libroctx64.so.4` of roctracer, Debian's
+/// `libroctx-dev`), which has no `roctxNameOsThread`.
+fn shipped_marker_app() -> PathBuf {
+    let src = programs_dir().join("roctx");
+    program(
+        "hipcc",
+        &src.join("marker_app.cpp"),
+        &[],
+        &[
+            "--offload-arch=gfx90a".into(),
+            "-O1".into(),
+            "-DSHIPPED_ROCTX".into(),
+        ],
+        &["-lroctx64".into()],
+    )
+}
+
+/// The `LEVELS` line of a run's stdout.
+fn levels(run: &harness::Run) -> String {
+    let l: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("LEVELS "))
+        .collect();
+    assert_eq!(l.len(), 1, "{}", run.stdout);
+    l[0].to_string()
+}
+
+#[test]
+fn markers_of_an_app_linked_to_the_runtimes_own_roctx_library() {
+    if Runtime::selected() == Runtime::Rocm52 {
+        eprintln!("Debian 12 (ROCm 5.2) ships no ROCTx library: the test ROCTx library covers it");
+        return;
+    }
+    let app = shipped_marker_app();
+    let b = build();
+    let emulator = b.emulator();
+    // The library's own return values, untraced.
+    let mut cmd = Runtime::selected().command(&app, &emulator.loader_env);
+    clear_rprof_env(&mut cmd);
+    cmd.env_remove("HSA_TOOLS_LIB");
+    let untraced = run_with(cmd, fresh_dir("shipped-untraced"), HIP_RUN_TIMEOUT);
+    untraced.assert_success();
+    let own = levels(&untraced);
+    assert!(untraced.stdout.contains("ROCTX_CALLS shipped"));
+
+    let dir = fresh_dir("shipped");
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args([
+        "--kernel-trace",
+        "--marker-trace",
+        "--output-format",
+        "csv,json,pftrace,rocpd",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .arg("--")
+    .arg(&app);
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert_eq!(levels(&run), own, "ROCTx return values changed");
+    eprintln!("the shipped library's values: {own}");
+    // The app really uses the shipped library, not ours.
+    let ldd = Runtime::selected()
+        .tool("ldd")
+        .arg(&app)
+        .output()
+        .expect("ldd");
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    assert!(
+        ldd.lines().any(|l| l.contains("libroctx64.so.4 => ")
+            && l.contains("/x86_64-linux-gnu/libroctx64.so.4")),
+        "{ldd}"
+    );
+
+    let csv = run.output("_marker_api_trace.csv");
+    assert_eq!(csv_counts(&csv, "Function"), expected_markers(), "CSV");
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("k_inner", 3),
+            ("k_outer", 2),
+            ("k_plain", 1),
+            ("k_worker", 2)
+        ])
+    );
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(by_message, expected_markers(), "JSON");
+    let trace = check_pftrace(&run.output(".pftrace"));
+    for (name, n) in expected_markers() {
+        assert_eq!(
+            trace.slices_by_name.get(&name),
+            Some(&n),
+            "Perfetto slices named {name}"
+        );
+    }
+    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples GROUP BY 1"
+        ),
+        expected_markers(),
+        "rocpd regions_and_samples"
     );
 }
