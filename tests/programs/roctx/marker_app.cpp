@@ -10,13 +10,15 @@
 // 3 rounds of: pageable hipMemcpy H2D (16 KiB), k_copy, pageable hipMemcpy D2H (16 KiB), pinned hipMemcpyAsync H2D
 // (1 MiB), pinned hipMemcpyAsync D2H (1 MiB), and a mark "copied" after each round: ROCTx calls 18 + 2 + 3 = 23.
 // Built with -DSHIPPED_ROCTX, it links to the ROCTx library the runtime's Debian ships (roctracer's libroctx64,
-// which has no roctxNameOsThread and does not count calls): no thread names, and `ROCTX_CALLS shipped`.
+// which has no roctxNameOsThread): no thread names, and the calls the library received are counted through its
+// tracer hook roctxRegisterTracerCallback (called once per ROCTx call): 16.
 #include <hip/hip_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <thread>
 
 extern "C" {
@@ -32,6 +34,14 @@ unsigned long roctx_test_calls(void);
 }
 #ifdef SHIPPED_ROCTX
 #define roctxNameOsThread(name) 0
+// roctracer's libroctx64 calls the registered function once per ROCTx call (domain, operation, data).
+extern "C" void roctxRegisterTracerCallback(int (*callback)(uint32_t domain, uint32_t operation, void* data));
+static std::atomic<unsigned long> g_shipped_calls{0};
+static int count_call(uint32_t, uint32_t, void*) {
+  g_shipped_calls.fetch_add(1);
+  return 0;
+}
+static unsigned long roctx_test_calls(void) { return g_shipped_calls.load(); }
 #endif
 
 extern "C" __global__ void k_inner(int* p) { if (threadIdx.x == 0) p[0] += 1; }
@@ -78,6 +88,9 @@ static void copies() {
 }
 
 int main(int argc, char** argv) {
+#ifdef SHIPPED_ROCTX
+  roctxRegisterTracerCallback(count_call);
+#endif
   roctxMarkA("before-hip");
   roctxNameOsThread("main-thread");
   int* buf = nullptr;
@@ -109,10 +122,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "copies") == 0) copies();
   printf("LEVELS push_outer=%d push_inner=%d pop_inner=%d pop_outer=%d pop_empty=%d range_id=%llu\n", push_outer,
          push_inner, pop_inner, pop_outer, pop_empty, (unsigned long long)id);
-#ifdef SHIPPED_ROCTX
-  printf("ROCTX_CALLS shipped\n");
-#else
   printf("ROCTX_CALLS %lu\n", roctx_test_calls());
-#endif
   return 0;
 }
