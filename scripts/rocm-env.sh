@@ -33,12 +33,15 @@ fi
 # What each root holds: the runtime and its headers, HIP and hipcc (with the AMDGPU clang it depends on), the
 # device libraries, a C++ compiler, rocminfo, and a ROCm library (rocRAND) to test on code we did not write.
 common=(libhsa-runtime64-1 libhsa-runtime-dev hipcc libamdhip64-dev g++ make rocminfo librocrand-dev)
+# The ROCTx library Debian ships (roctracer's libroctx64, 5.7.1 in trixie, 6.4.1 in sid), for the marker trace
+# of apps linked to it (tests/marker_trace.rs); Debian 12 has none for 5.2.
+roctx=(libroctx64-4 libroctx-dev)
 case "$version" in
   5.2)
     if [ $# -eq 0 ]; then echo /; exit 0; fi
     exec "$@" ;;
-  6.1) suite=trixie; pkgs=("${common[@]}" rocm-device-libs-17 libhsakmt-dev) ;;
-  6.4|7.0) suite=sid; pkgs=("${common[@]}" rocm-device-libs-21) ;;
+  6.1) suite=trixie; pkgs=("${common[@]}" rocm-device-libs-17 libhsakmt-dev "${roctx[@]}") ;;
+  6.4|7.0) suite=sid; pkgs=("${common[@]}" rocm-device-libs-21 "${roctx[@]}") ;;
   *) echo "rocm-env: unknown runtime '$version' (expected 5.2, 6.1, 6.4 or 7.0)" >&2; exit 2 ;;
 esac
 

@@ -6,7 +6,13 @@
 //! come first. Exact counts of each marker and each (renamed) kernel in the
 //! CSV, JSON and Perfetto outputs; the app's ROCTx return values and every
 //! call reaching its own library; and the `HSA_TOOLS_LIB`-only load saying
-//! that capture is impossible.
+//! that capture is impossible. `--sys-trace` on `marker_app copies` (copies,
+//! markers and kernels in one HIP program): exact counts of each in the CSV,
+//! JSON, Perfetto and rocpd outputs, and rocpd's views answering with the
+//! CSV's numbers. On 6.1 and 6.4, the app linked to the ROCTx library the
+//! runtime's Debian ships (roctracer's `libroctx64.so.4`, in the root via
+//! `scripts/rocm-env.sh`) is captured the same way, with the library's own
+//! return values.
 
 mod harness;
 
@@ -15,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use harness::artefacts::{build, build_cached, program, programs_dir};
-use harness::outputs::{check_pftrace, read_json};
+use harness::outputs::{check_pftrace, check_rocpd_against_csv, read_csv, read_json};
 use harness::run::{clear_rprof_env, fresh_dir, run_with, HIP_RUN_TIMEOUT};
 use harness::Runtime;
 
@@ -368,4 +374,326 @@ fn kernel_rename_alone_renames_without_recording_markers() {
     );
     let json = read_json(&run.output("_results.json"));
     assert_eq!(json["marker_api"].as_array().unwrap().len(), 0);
+}
+
+/// ROCTx calls of `marker_app copies`: 18, plus the "copies" push and pop and
+/// three "copied" marks.
+const ROCTX_CALLS_COPIES: &str = "ROCTX_CALLS 23";
+
+/// Rows of a rocpd query `SELECT key, count(*) ... GROUP BY key`.
+fn rocpd_counts(db: &rusqlite::Connection, sql: &str) -> BTreeMap<String, u64> {
+    let mut st = db.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap();
+    rows.map(|r| {
+        let (k, n) = r.unwrap();
+        (k, n as u64)
+    })
+    .collect()
+}
+
+#[test]
+fn sys_trace_counts_copies_markers_and_kernels_exactly_in_every_format() {
+    let app = marker_app();
+    let b = build();
+    b.emulator();
+    let dir = fresh_dir("sys-trace");
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args([
+        "--sys-trace",
+        "--output-format",
+        "pftrace,csv,json,rocpd",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .arg("--")
+    .arg(app)
+    .arg("copies");
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
+    assert!(run.stdout.contains(ROCTX_CALLS_COPIES), "{}", run.stdout);
+
+    // What each runtime does with the program's copies: the pinned
+    // hipMemcpyAsync copies go through hsa_amd_memory_async_copy on every
+    // runtime; HIP 5.2.3 and 5.7.1 stage the pageable hipMemcpy copies through
+    // it too, HIP 6.4.3 copies them with its blit kernel (a dispatch).
+    let rounds = 3;
+    let staged = Runtime::selected() != Runtime::Rocm64;
+    let mut copies = BTreeMap::from([
+        (
+            ("MEMORY_COPY_HOST_TO_DEVICE".to_string(), 1u64 << 20),
+            rounds,
+        ),
+        (("MEMORY_COPY_DEVICE_TO_HOST".to_string(), 1 << 20), rounds),
+    ]);
+    let mut kernels = counts(&[
+        ("k_inner", 3),
+        ("k_outer", 2),
+        ("k_plain", 1),
+        ("k_worker", 2),
+        ("k_copy", rounds),
+    ]);
+    if staged {
+        copies.insert(("MEMORY_COPY_HOST_TO_DEVICE".into(), 16384), rounds);
+        copies.insert(("MEMORY_COPY_DEVICE_TO_HOST".into(), 16384), rounds);
+    } else {
+        kernels.insert("__amd_rocclr_copyBuffer".into(), 2 * rounds);
+    }
+    let mut copies_by_direction: BTreeMap<String, u64> = BTreeMap::new();
+    for ((d, _), n) in &copies {
+        *copies_by_direction.entry(d.clone()).or_default() += n;
+    }
+    let mut markers = expected_markers();
+    markers.insert("copies".into(), 1);
+    markers.insert("copied".into(), rounds);
+
+    // CSV.
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        kernels,
+        "CSV kernels"
+    );
+    let mut csv_kernels: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &rows {
+        *csv_kernels.entry(r.kernel_name.clone()).or_default() += 1;
+    }
+    let copy_csv = run.output("_memory_copy_trace.csv");
+    let mut r = csv::Reader::from_path(&copy_csv).unwrap();
+    let mut csv_copies = BTreeMap::new();
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        *csv_copies
+            .entry((rec[1].to_string(), rec[8].parse::<u64>().unwrap()))
+            .or_insert(0u64) += 1;
+    }
+    assert_eq!(csv_copies, copies, "CSV copies");
+    let marker_csv = run.output("_marker_api_trace.csv");
+    assert_eq!(csv_counts(&marker_csv, "Function"), markers, "CSV markers");
+
+    // JSON.
+    let json = read_json(&run.output("_results.json"));
+    let by = |list: &str, key: &str| -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for e in json[list].as_array().unwrap_or_else(|| panic!("{list}")) {
+            *m.entry(e[key].as_str().unwrap().to_string()).or_insert(0) += 1;
+        }
+        m
+    };
+    assert_eq!(
+        by("kernel_dispatches", "kernel_name"),
+        csv_kernels,
+        "JSON kernels"
+    );
+    let mut json_copies = BTreeMap::new();
+    for c in json["memory_copies"].as_array().unwrap() {
+        *json_copies
+            .entry((
+                c["operation"].as_str().unwrap().to_string(),
+                c["bytes"].as_u64().unwrap(),
+            ))
+            .or_insert(0u64) += 1;
+    }
+    assert_eq!(json_copies, copies, "JSON copies");
+    assert_eq!(by("marker_api", "message"), markers, "JSON markers");
+    assert_eq!(json["metadata"]["records_lost"], 0);
+
+    // Perfetto: slices by name, as trace_processor counts them.
+    let trace = check_pftrace(&run.output(".pftrace"));
+    assert_eq!(trace.kernel_slices, csv_kernels, "Perfetto kernel slices");
+    let slices = &trace.slices_by_name;
+    for (name, n) in csv_kernels
+        .iter()
+        .chain(&copies_by_direction)
+        .chain(&markers)
+    {
+        assert_eq!(slices.get(name), Some(n), "Perfetto slices named {name}");
+    }
+    assert_eq!(trace.dangling_flows, 0);
+
+    // rocpd: a user's first queries answer with the CSV's numbers.
+    let path = run.output("_results.db");
+    let facts = check_rocpd_against_csv(&path, &rows);
+    assert_eq!(facts.kernels, rows.len() as u64);
+    assert_eq!(facts.top_kernels, csv_kernels, "rocpd top_kernels");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    let mut rocpd_copies = BTreeMap::new();
+    let mut st = db
+        .prepare("SELECT name, size, count(*) FROM memory_copies GROUP BY name, size")
+        .unwrap();
+    for row in st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .unwrap()
+    {
+        let (name, size, n) = row.unwrap();
+        rocpd_copies.insert((name, size as u64), n as u64);
+    }
+    assert_eq!(rocpd_copies, copies, "rocpd memory_copies");
+    // Ranges are regions named after their ROCTx operation; marks are
+    // samples; each carries its message.
+    assert_eq!(
+        rocpd_counts(&db, "SELECT name, count(*) FROM regions GROUP BY name"),
+        counts(&[("roctxThreadRangeA", 4), ("roctxProcessRangeA", 1)]),
+        "rocpd regions"
+    );
+    let ranges: BTreeMap<String, u64> = markers
+        .iter()
+        .filter(|(m, _)| !matches!(m.as_str(), "before-hip" | "tick" | "worker-mark" | "copied"))
+        .map(|(m, n)| (m.clone(), *n))
+        .collect();
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions GROUP BY 1"
+        ),
+        ranges,
+        "rocpd regions per message"
+    );
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples GROUP BY 1"
+        ),
+        markers,
+        "rocpd regions_and_samples per message"
+    );
+}
+
+/// marker_app built with `-DSHIPPED_ROCTX` and linked to the ROCTx library
+/// the runtime's root ships (`libroctx64.so.4` of roctracer, Debian's
+/// `libroctx-dev`), which has no `roctxNameOsThread`.
+fn shipped_marker_app() -> PathBuf {
+    let src = programs_dir().join("roctx");
+    program(
+        "hipcc",
+        &src.join("marker_app.cpp"),
+        &[],
+        &[
+            "--offload-arch=gfx90a".into(),
+            "-O1".into(),
+            "-DSHIPPED_ROCTX".into(),
+        ],
+        &["-lroctx64".into()],
+    )
+}
+
+/// The `LEVELS` line of a run's stdout.
+fn levels(run: &harness::Run) -> String {
+    let l: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("LEVELS "))
+        .collect();
+    assert_eq!(l.len(), 1, "{}", run.stdout);
+    l[0].to_string()
+}
+
+#[test]
+fn markers_of_an_app_linked_to_the_runtimes_own_roctx_library() {
+    if Runtime::selected() == Runtime::Rocm52 {
+        eprintln!("Debian 12 (ROCm 5.2) ships no ROCTx library: the test ROCTx library covers it");
+        return;
+    }
+    let app = shipped_marker_app();
+    let b = build();
+    let emulator = b.emulator();
+    // The library's own return values, untraced.
+    let mut cmd = Runtime::selected().command(&app, &emulator.loader_env);
+    clear_rprof_env(&mut cmd);
+    cmd.env_remove("HSA_TOOLS_LIB");
+    let untraced = run_with(cmd, fresh_dir("shipped-untraced"), HIP_RUN_TIMEOUT);
+    untraced.assert_success();
+    let own = levels(&untraced);
+    // Every call reached the shipped library (its tracer hook counts them):
+    // 7 marks, 3 pushes, 4 pops, 1 start, 1 stop; no thread names.
+    assert!(
+        untraced.stdout.contains("ROCTX_CALLS 16"),
+        "{}",
+        untraced.stdout
+    );
+
+    let dir = fresh_dir("shipped");
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args([
+        "--kernel-trace",
+        "--marker-trace",
+        "--output-format",
+        "csv,json,pftrace,rocpd",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .arg("--")
+    .arg(&app);
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert_eq!(levels(&run), own, "ROCTx return values changed");
+    eprintln!("the shipped library's values: {own}");
+    assert!(
+        run.stdout.contains("ROCTX_CALLS 16"),
+        "calls not passed on to the shipped library:\n{}",
+        run.stdout
+    );
+    // The app really uses the shipped library, not ours.
+    let ldd = Runtime::selected()
+        .tool("ldd")
+        .arg(&app)
+        .output()
+        .expect("ldd");
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    assert!(
+        ldd.lines().any(|l| l.contains("libroctx64.so.4 => ")
+            && l.contains("/x86_64-linux-gnu/libroctx64.so.4")),
+        "{ldd}"
+    );
+
+    let csv = run.output("_marker_api_trace.csv");
+    assert_eq!(csv_counts(&csv, "Function"), expected_markers(), "CSV");
+    assert_eq!(
+        kernel_names(&run.output("_kernel_trace.csv")),
+        counts(&[
+            ("k_inner", 3),
+            ("k_outer", 2),
+            ("k_plain", 1),
+            ("k_worker", 2)
+        ])
+    );
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(by_message, expected_markers(), "JSON");
+    let trace = check_pftrace(&run.output(".pftrace"));
+    for (name, n) in expected_markers() {
+        assert_eq!(
+            trace.slices_by_name.get(&name),
+            Some(&n),
+            "Perfetto slices named {name}"
+        );
+    }
+    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples GROUP BY 1"
+        ),
+        expected_markers(),
+        "rocpd regions_and_samples"
+    );
 }

@@ -59,8 +59,9 @@ pub struct TraceArgs {
     /// Record every kernel dispatch (GPU start/end, names, sizes).
     #[arg(long)]
     pub kernel_trace: bool,
-    /// Every trace rprof has, as rocprofv3's --sys-trace (today the kernel
-    /// trace; --rpc-trace is rprof's own diagnostic and stays separate).
+    /// Every trace rprof has, as rocprofv3's --sys-trace (kernels, memory
+    /// copies, ROCTx markers; --rpc-trace is rprof's own diagnostic and
+    /// stays separate).
     #[arg(short = 's', long)]
     pub sys_trace: bool,
     /// Trace GPU-to-host RPC doorbell waits (sleep, wake, serve).

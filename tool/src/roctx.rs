@@ -38,8 +38,9 @@ const RENAME: u8 = 4;
 /// Range ids handed out when no real ROCTx library is behind this one.
 static NEXT_RANGE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The bits of [`WANTED`], read from `RPROF_MARKER_TRACE` and
-/// `RPROF_KERNEL_RENAME` at the first call.
+/// The bits of [`WANTED`], read from `RPROF_MARKER_TRACE` (or
+/// `RPROF_SYS_TRACE`, which includes it) and `RPROF_KERNEL_RENAME` at the
+/// first call.
 fn wanted() -> u8 {
     let w = WANTED.load(Ordering::Relaxed);
     if w != 0 {
@@ -50,9 +51,12 @@ fn wanted() -> u8 {
             .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
             .unwrap_or(false)
     };
-    let w = READ
-        | if on("RPROF_MARKER_TRACE") { MARKERS } else { 0 }
-        | if on("RPROF_KERNEL_RENAME") { RENAME } else { 0 };
+    let w =
+        READ | if on("RPROF_MARKER_TRACE") || on("RPROF_SYS_TRACE") {
+            MARKERS
+        } else {
+            0
+        } | if on("RPROF_KERNEL_RENAME") { RENAME } else { 0 };
     WANTED.store(w, Ordering::Relaxed);
     w
 }
