@@ -30,6 +30,9 @@ pub struct RunResult {
     pub trace_bytes: u64,
     /// Rows of the kernel-trace CSV (traced runs).
     pub csv_rows: u64,
+    /// Rows of the memory-copy-trace CSV (runs with `--memory-copy-trace`
+    /// or `--sys-trace`; 0 otherwise).
+    pub copy_rows: u64,
 }
 
 impl RunResult {
@@ -154,13 +157,22 @@ pub fn run(
         // Streamed: reading a large CSV into memory would raise this
         // process's peak RSS, which forked children inherit as the floor of
         // their own `ru_maxrss`.
-        r.csv_rows = std::fs::File::open(out_dir.join(format!("{tag}_kernel_trace.csv")))
-            .map(|f| {
-                std::io::BufRead::lines(std::io::BufReader::new(f))
-                    .count()
-                    .saturating_sub(1) as u64
-            })
-            .unwrap_or(0);
+        let rows = |suffix: &str| {
+            std::fs::File::open(out_dir.join(format!("{tag}{suffix}")))
+                .map(|f| {
+                    std::io::BufRead::lines(std::io::BufReader::new(f))
+                        .count()
+                        .saturating_sub(1) as u64
+                })
+                .unwrap_or(0)
+        };
+        r.csv_rows = rows("_kernel_trace.csv");
+        r.copy_rows = rows("_memory_copy_trace.csv");
+        // Last run's files only: a mode without the trace must not count the
+        // previous mode's CSV.
+        for suffix in ["_kernel_trace.csv", "_memory_copy_trace.csv"] {
+            let _ = std::fs::remove_file(out_dir.join(format!("{tag}{suffix}")));
+        }
     }
     Ok(r)
 }
@@ -191,4 +203,24 @@ pub fn pair_modes(
         }
     }
     Ok(p)
+}
+
+/// Runs in each of `modes`, `o.reps` times each, rotating which mode goes
+/// first every repetition (the alternating scheme of [`pair_modes`] for more
+/// than two modes). Returns the runs of each mode, in `modes`' order.
+pub fn rotate(
+    o: &Options,
+    tag: &str,
+    modes: &[&[&str]],
+    env: &[(&str, &str)],
+    app: &[&str],
+) -> Result<Vec<Vec<RunResult>>, Error> {
+    let mut out = vec![Vec::new(); modes.len()];
+    for i in 0..o.reps {
+        for k in 0..modes.len() {
+            let m = (i + k) % modes.len();
+            out[m].push(run(o, modes[m], tag, env, app)?);
+        }
+    }
+    Ok(out)
 }
