@@ -395,7 +395,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
     }
     let _ = writeln!(
         report,
-        "  ({count} {unit}s per run; added = (wall - untraced) / {unit}s)"
+        "  ({count} {unit} per run; added = (wall - untraced) / {unit})"
     );
 }
 
@@ -484,4 +484,39 @@ pub fn rocpd(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Erro
         report,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(walls: &[f64], kernel_rows: u64, copy_rows: u64) -> Vec<RunResult> {
+        walls
+            .iter()
+            .map(|&wall_s| RunResult {
+                wall_s,
+                csv_rows: kernel_rows,
+                copy_rows,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cost_lines_print_medians_ratios_and_added_time_per_unit() {
+        let r = vec![
+            runs(&[1.0, 2.0, 1.0], 0, 0),
+            runs(&[1.1, 2.2, 1.1], 100, 0),
+            runs(&[1.2, 2.4, 1.3], 0, 200),
+        ];
+        let mut text = String::new();
+        cost_lines("t", "--memory-copy-trace", &r, Per::Copy, &mut text);
+        assert_eq!(
+            text,
+            "\n[t]\n  mode                                   wall s    ratio   ratio range    added us/unit\n  untraced                                1.000\n  --kernel-trace                          1.100     1.10   1.10-1.10             500.00\n  --memory-copy-trace                     1.300     1.20   1.20-1.30            1500.00\n  (200 copies per run; added = (wall - untraced) / copies)\n"
+        );
+        let mut text = String::new();
+        cost_lines("t", "x", &r, Per::Dispatch, &mut text);
+        assert!(text.contains("(100 dispatches per run"), "{text}");
+    }
 }
