@@ -370,7 +370,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
     let base = median_of(untraced, |r| r.wall_s);
     let (count, unit) = match per {
         Per::Dispatch => (runs[1].last().map_or(0, |r| r.csv_rows), "dispatch"),
-        Per::Copy => (runs[2].last().map_or(0, |r| r.copy_rows), "copy"),
+        Per::Copy => (runs[2].last().map_or(0, |r| r.copy_rows), "copies"),
     };
     let _ = writeln!(report, "  {:<34} {:>10.3}", "untraced", base);
     for (label, rs) in [("--kernel-trace", &runs[1]), (new, &runs[2])] {
