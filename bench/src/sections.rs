@@ -369,7 +369,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
     let untraced = &runs[0];
     let base = median_of(untraced, |r| r.wall_s);
     let (count, unit) = match per {
-        Per::Dispatch => (runs[1].last().map_or(0, |r| r.csv_rows), "dispatch"),
+        Per::Dispatch => (runs[1].last().map_or(0, |r| r.csv_rows), "dispatches"),
         Per::Copy => (runs[2].last().map_or(0, |r| r.copy_rows), "copies"),
     };
     let _ = writeln!(report, "  {:<34} {:>10.3}", "untraced", base);
