@@ -94,6 +94,10 @@ pub fn run(
     cmd.args(["--device", "emulated"]).args(mode);
     if traced {
         cmd.arg("-d").arg(&out_dir).args(["-o", tag]);
+        // rprof never overwrites an output (it would run the app untraced):
+        // remove the previous run's `TAG.*` / `TAG_*` files, which also keeps
+        // a mode without a trace from counting the previous mode's CSV.
+        remove_outputs(&out_dir, tag);
     }
     cmd.arg("--").args(app);
     for (k, v) in env {
@@ -168,13 +172,24 @@ pub fn run(
         };
         r.csv_rows = rows("_kernel_trace.csv");
         r.copy_rows = rows("_memory_copy_trace.csv");
-        // Last run's files only: a mode without the trace must not count the
-        // previous mode's CSV.
-        for suffix in ["_kernel_trace.csv", "_memory_copy_trace.csv"] {
-            let _ = std::fs::remove_file(out_dir.join(format!("{tag}{suffix}")));
-        }
     }
     Ok(r)
+}
+
+/// Removes `dir`'s files named `TAG.*` or `TAG_*` (a previous run's outputs).
+fn remove_outputs(dir: &std::path::Path, tag: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(tag)) else {
+            continue;
+        };
+        if rest.starts_with('.') || rest.starts_with('_') {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Alternates untraced and traced runs.

@@ -167,6 +167,9 @@ pub fn storm(o: &Options, w: &Workloads, report: &mut String) -> Result<Vec<Poin
     } else {
         &[10, 50, 200, 800]
     };
+    if launches.is_empty() {
+        return Ok(Vec::new());
+    }
     let _ = writeln!(
         report,
         "\n[HIP graph storm: 256 near-zero kernels x I launches; wall time of the whole run]"
@@ -363,7 +366,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
     let _ = writeln!(report, "\n[{title}]");
     let _ = writeln!(
         report,
-        "  {:<34} {:>10} {:>8} {:>13} {:>16}",
+        "  {:<36} {:>10} {:>8} {:>13} {:>16}",
         "mode", "wall s", "ratio", "ratio range", "added us/unit"
     );
     let untraced = &runs[0];
@@ -372,7 +375,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
         Per::Dispatch => (runs[1].last().map_or(0, |r| r.csv_rows), "dispatches"),
         Per::Copy => (runs[2].last().map_or(0, |r| r.copy_rows), "copies"),
     };
-    let _ = writeln!(report, "  {:<34} {:>10.3}", "untraced", base);
+    let _ = writeln!(report, "  {:<36} {:>10.3}", "untraced", base);
     for (label, rs) in [("--kernel-trace", &runs[1]), (new, &runs[2])] {
         let ratios = wall_ratios(untraced, rs);
         let (lo, hi) = range(&ratios);
@@ -384,7 +387,7 @@ fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report:
         };
         let _ = writeln!(
             report,
-            "  {:<34} {:>10.3} {:>8.2} {:>6.2}-{:<6.2} {:>16}",
+            "  {:<36} {:>10.3} {:>8.2} {:>6.2}-{:<6.2} {:>16}",
             label,
             wall,
             median(&ratios),
@@ -513,7 +516,7 @@ mod tests {
         cost_lines("t", "--memory-copy-trace", &r, Per::Copy, &mut text);
         assert_eq!(
             text,
-            "\n[t]\n  mode                                   wall s    ratio   ratio range    added us/unit\n  untraced                                1.000\n  --kernel-trace                          1.100     1.10   1.10-1.10             500.00\n  --memory-copy-trace                     1.300     1.20   1.20-1.30            1500.00\n  (200 copies per run; added = (wall - untraced) / copies)\n"
+            "\n[t]\n  mode                                     wall s    ratio   ratio range    added us/unit\n  untraced                                  1.000\n  --kernel-trace                            1.100     1.10   1.10-1.10             500.00\n  --memory-copy-trace                       1.300     1.20   1.20-1.30            1500.00\n  (200 copies per run; added = (wall - untraced) / copies)\n"
         );
         let mut text = String::new();
         cost_lines("t", "x", &r, Per::Dispatch, &mut text);
