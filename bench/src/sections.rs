@@ -414,7 +414,7 @@ pub fn copies(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Err
         &[&w.memcpy, rounds],
     )?;
     cost_lines(
-        &format!("--memory-copy-trace: memcpy_mix, {rounds} rounds of 5 copies around 2 kernels"),
+        &format!("--memory-copy-trace: memcpy_mix, {rounds} rounds of copies around 2 kernels"),
         "--memory-copy-trace",
         &runs,
         Per::Copy,
@@ -458,7 +458,7 @@ pub fn sys_trace(o: &Options, w: &Workloads, report: &mut String) -> Result<(), 
         &[&w.memcpy, rounds],
     )?;
     cost_lines(
-        &format!("--sys-trace: memcpy_mix, {rounds} rounds of 5 copies around 2 kernels"),
+        &format!("--sys-trace: memcpy_mix, {rounds} rounds of copies around 2 kernels"),
         "--sys-trace",
         &runs,
         Per::Copy,
