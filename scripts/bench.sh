@@ -5,6 +5,8 @@
 # scripts/rocm-env.sh (see rprof-bench --runtime); the raw-HSA and RPC workloads are built for 5.2 only,
 # so on 6.x pass e.g. --only storm,mix.
 # Run it on a quiet machine: it measures wall time side by side.
+# The trace-cost sections (--only copies,markers,systrace,rocpd) use hip-tests' memcpy_mix from $work/hip
+# (built below with the other hip-tests) and graph_storm.
 # A short check (about a minute once built): scripts/bench.sh --only storm --launches 10 --reps 1
 # `scripts/bench.sh --help` lists rprof-bench's options (crate bench/) without building the workloads.
 set -euo pipefail

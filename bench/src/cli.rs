@@ -57,6 +57,15 @@ pub enum Section {
     Serialize,
     /// The cost of --rpc-trace.
     Rpc,
+    /// The cost of --memory-copy-trace (hip-tests memcpy_mix).
+    Copies,
+    /// The cost of --marker-trace (on the graph storm: preload and
+    /// interposition, no markers).
+    Markers,
+    /// The cost of --sys-trace (hip-tests memcpy_mix).
+    Systrace,
+    /// The cost of the rocpd writer (--output-format rocpd on the storm).
+    Rocpd,
 }
 
 /// A runtime other than the host's 5.2 (`--runtime 5.2` is the host).
@@ -121,7 +130,7 @@ mod tests {
             "--env",
             "B=",
             "--only",
-            "storm,mix",
+            "storm,mix,copies,markers,systrace,rocpd",
             "--launches",
             "10,200",
             "--runtime",
@@ -138,7 +147,17 @@ mod tests {
             o.extra,
             [("A".into(), "1=2".into()), ("B".into(), String::new())]
         );
-        assert_eq!(o.only, [Section::Storm, Section::Mix]);
+        assert_eq!(
+            o.only,
+            [
+                Section::Storm,
+                Section::Mix,
+                Section::Copies,
+                Section::Markers,
+                Section::Systrace,
+                Section::Rocpd
+            ]
+        );
         assert!(o.want(Section::Mix) && !o.want(Section::Host));
         assert_eq!(o.launches, [10, 200]);
         assert_eq!(o.root(), Some("6.4"));

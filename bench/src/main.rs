@@ -16,7 +16,11 @@
 //! - `graph_storm K I` (HIP): a graph of K near-zero kernels launched I
 //!   times: whole-run wall time, trace size, resident memory; repeated for
 //!   several I to plot overhead against dispatch count (SVG);
-//! - the same storm with 20 µs kernels (the "realistic mix").
+//! - the same storm with 20 µs kernels (the "realistic mix");
+//! - `hip/memcpy_mix ROUNDS` (hip-tests): copies between kernels, for the
+//!   cost of `--memory-copy-trace` and `--sys-trace`; the storm again for
+//!   `--marker-trace` (no markers: the preload and interposition cost) and
+//!   for the rocpd writer (`--output-format rocpd`).
 //!
 //! Modules: [`cli`] (options, clap), [`run`] (one run under rprof, pairs of
 //! runs), [`stats`] (medians, ranges, the figures workloads print),
@@ -112,6 +116,18 @@ fn measure(o: &Options, w: &Workloads) -> Result<Report, Error> {
     }
     if o.want(Section::Rpc) {
         sections::rpc(o, w, &mut text)?;
+    }
+    if o.want(Section::Copies) {
+        sections::copies(o, w, &mut text)?;
+    }
+    if o.want(Section::Markers) {
+        sections::markers(o, w, &mut text)?;
+    }
+    if o.want(Section::Systrace) {
+        sections::sys_trace(o, w, &mut text)?;
+    }
+    if o.want(Section::Rocpd) {
+        sections::rocpd(o, w, &mut text)?;
     }
     Ok(Report { text, points })
 }

@@ -30,6 +30,9 @@ pub struct RunResult {
     pub trace_bytes: u64,
     /// Rows of the kernel-trace CSV (traced runs).
     pub csv_rows: u64,
+    /// Rows of the memory-copy-trace CSV (runs with `--memory-copy-trace`
+    /// or `--sys-trace`; 0 otherwise).
+    pub copy_rows: u64,
 }
 
 impl RunResult {
@@ -91,6 +94,10 @@ pub fn run(
     cmd.args(["--device", "emulated"]).args(mode);
     if traced {
         cmd.arg("-d").arg(&out_dir).args(["-o", tag]);
+        // rprof never overwrites an output (it would run the app untraced):
+        // remove the previous run's `TAG.*` / `TAG_*` files, which also keeps
+        // a mode without a trace from counting the previous mode's CSV.
+        remove_outputs(&out_dir, tag);
     }
     cmd.arg("--").args(app);
     for (k, v) in env {
@@ -154,15 +161,35 @@ pub fn run(
         // Streamed: reading a large CSV into memory would raise this
         // process's peak RSS, which forked children inherit as the floor of
         // their own `ru_maxrss`.
-        r.csv_rows = std::fs::File::open(out_dir.join(format!("{tag}_kernel_trace.csv")))
-            .map(|f| {
-                std::io::BufRead::lines(std::io::BufReader::new(f))
-                    .count()
-                    .saturating_sub(1) as u64
-            })
-            .unwrap_or(0);
+        let rows = |suffix: &str| {
+            std::fs::File::open(out_dir.join(format!("{tag}{suffix}")))
+                .map(|f| {
+                    std::io::BufRead::lines(std::io::BufReader::new(f))
+                        .count()
+                        .saturating_sub(1) as u64
+                })
+                .unwrap_or(0)
+        };
+        r.csv_rows = rows("_kernel_trace.csv");
+        r.copy_rows = rows("_memory_copy_trace.csv");
     }
     Ok(r)
+}
+
+/// Removes `dir`'s files named `TAG.*` or `TAG_*` (a previous run's outputs).
+fn remove_outputs(dir: &std::path::Path, tag: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(tag)) else {
+            continue;
+        };
+        if rest.starts_with('.') || rest.starts_with('_') {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Alternates untraced and traced runs.
@@ -191,4 +218,24 @@ pub fn pair_modes(
         }
     }
     Ok(p)
+}
+
+/// Runs in each of `modes`, `o.reps` times each, rotating which mode goes
+/// first every repetition (the alternating scheme of [`pair_modes`] for more
+/// than two modes). Returns the runs of each mode, in `modes`' order.
+pub fn rotate(
+    o: &Options,
+    tag: &str,
+    modes: &[&[&str]],
+    env: &[(&str, &str)],
+    app: &[&str],
+) -> Result<Vec<Vec<RunResult>>, Error> {
+    let mut out = vec![Vec::new(); modes.len()];
+    for i in 0..o.reps {
+        for k in 0..modes.len() {
+            let m = (i + k) % modes.len();
+            out[m].push(run(o, modes[m], tag, env, app)?);
+        }
+    }
+    Ok(out)
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::cli::{Options, Section};
-use crate::run::{pair, pair_modes, TRACED, UNTRACED};
+use crate::run::{pair, pair_modes, rotate, RunResult, TRACED, UNTRACED};
 use crate::stats::{figure, median, median_of, range, rss_delta_mib, wall_ratios};
 use crate::Error;
 
@@ -20,6 +20,8 @@ pub struct Workloads {
     pub storm: String,
     /// `rpc-doorbell`, if built (5.2 only).
     pub rpc: Option<String>,
+    /// `hip/memcpy_mix` (hip-tests).
+    pub memcpy: String,
 }
 
 fn arg(path: &Path) -> Result<String, Error> {
@@ -40,13 +42,17 @@ impl Workloads {
         let code_object = work.join("bench_kernels.hsaco");
         let storm = work.join("graph_storm");
         let rpc = work.join("rpc-doorbell");
+        let memcpy = work.join("hip").join("memcpy_mix");
         let raw_hsa =
             o.want(Section::Host) || o.want(Section::Roundtrip) || o.want(Section::Memory);
-        let needed = if raw_hsa {
+        let mut needed = if raw_hsa {
             vec![&dispatch_bench, &code_object, &storm]
         } else {
             vec![&storm]
         };
+        if o.want(Section::Copies) || o.want(Section::Systrace) {
+            needed.push(&memcpy);
+        }
         if let Some(p) = needed.into_iter().find(|p| !p.exists()) {
             return Err(Error::Setup(format!(
                 "{} missing: run scripts/bench.sh (it builds the workloads)",
@@ -58,6 +64,7 @@ impl Workloads {
             code_object: arg(&code_object)?,
             storm: arg(&storm)?,
             rpc: if rpc.exists() { Some(arg(&rpc)?) } else { None },
+            memcpy: arg(&memcpy)?,
         })
     }
 }
@@ -160,6 +167,9 @@ pub fn storm(o: &Options, w: &Workloads, report: &mut String) -> Result<Vec<Poin
     } else {
         &[10, 50, 200, 800]
     };
+    if launches.is_empty() {
+        return Ok(Vec::new());
+    }
     let _ = writeln!(
         report,
         "\n[HIP graph storm: 256 near-zero kernels x I launches; wall time of the whole run]"
@@ -337,4 +347,179 @@ pub fn rpc(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error>
         median(&ratios),
     );
     Ok(())
+}
+
+/// What a trace-cost section divides its added time by.
+#[derive(Debug, Clone, Copy)]
+enum Per {
+    /// Kernel dispatches (rows of the kernel-trace CSV of the `--kernel-trace` runs).
+    Dispatch,
+    /// Memory copies (rows of the memory-copy CSV of the new trace's runs).
+    Copy,
+}
+
+/// The lines of a trace-cost section: the untraced, `--kernel-trace` and
+/// `new` runs' median wall times, each traced mode's ratio to untraced (and
+/// its range), and the time each adds per dispatch or copy when the count is
+/// known.
+fn cost_lines(title: &str, new: &str, runs: &[Vec<RunResult>], per: Per, report: &mut String) {
+    let _ = writeln!(report, "\n[{title}]");
+    let _ = writeln!(
+        report,
+        "  {:<36} {:>10} {:>8} {:>13} {:>16}",
+        "mode", "wall s", "ratio", "ratio range", "added us/unit"
+    );
+    let untraced = &runs[0];
+    let base = median_of(untraced, |r| r.wall_s);
+    let (count, unit) = match per {
+        Per::Dispatch => (runs[1].last().map_or(0, |r| r.csv_rows), "dispatches"),
+        Per::Copy => (runs[2].last().map_or(0, |r| r.copy_rows), "copies"),
+    };
+    let _ = writeln!(report, "  {:<36} {:>10.3}", "untraced", base);
+    for (label, rs) in [("--kernel-trace", &runs[1]), (new, &runs[2])] {
+        let ratios = wall_ratios(untraced, rs);
+        let (lo, hi) = range(&ratios);
+        let wall = median_of(rs, |r| r.wall_s);
+        let added = if count > 0 {
+            format!("{:.2}", (wall - base) * 1e6 / count as f64)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            report,
+            "  {:<36} {:>10.3} {:>8.2} {:>6.2}-{:<6.2} {:>16}",
+            label,
+            wall,
+            median(&ratios),
+            lo,
+            hi,
+            added
+        );
+    }
+    let _ = writeln!(
+        report,
+        "  ({count} {unit} per run; added = (wall - untraced) / {unit})"
+    );
+}
+
+/// Section 8: The cost of --memory-copy-trace on hip-tests' memcpy_mix.
+pub fn copies(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let rounds = if o.quick { "10" } else { "40" };
+    let new: &[&str] = &["--memory-copy-trace"];
+    let runs = rotate(
+        o,
+        "copies",
+        &[UNTRACED, TRACED, new],
+        &[],
+        &[&w.memcpy, rounds],
+    )?;
+    cost_lines(
+        &format!("--memory-copy-trace: memcpy_mix, {rounds} rounds of copies around 2 kernels"),
+        "--memory-copy-trace",
+        &runs,
+        Per::Copy,
+        report,
+    );
+    Ok(())
+}
+
+/// Section 9: The cost of --marker-trace. On the graph storm, which calls no
+/// ROCTx: what it measures is the marker library's preload and the
+/// interposition, not a cost per marker.
+pub fn markers(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let launches = if o.quick { "5" } else { "20" };
+    let new: &[&str] = &["--marker-trace"];
+    let runs = rotate(
+        o,
+        "markers",
+        &[UNTRACED, TRACED, new],
+        &[],
+        &[&w.storm, "256", launches],
+    )?;
+    cost_lines(
+        &format!("--marker-trace: the storm, 256 kernels x {launches} launches, no markers (preload + interposition cost)"),
+        "--marker-trace",
+        &runs,
+        Per::Dispatch,
+        report,
+    );
+    Ok(())
+}
+
+/// Section 10: The cost of --sys-trace on hip-tests' memcpy_mix.
+pub fn sys_trace(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let rounds = if o.quick { "10" } else { "40" };
+    let new: &[&str] = &["--sys-trace"];
+    let runs = rotate(
+        o,
+        "systrace",
+        &[UNTRACED, TRACED, new],
+        &[],
+        &[&w.memcpy, rounds],
+    )?;
+    cost_lines(
+        &format!("--sys-trace: memcpy_mix, {rounds} rounds of copies around 2 kernels"),
+        "--sys-trace",
+        &runs,
+        Per::Copy,
+        report,
+    );
+    Ok(())
+}
+
+/// Section 11: The rocpd writer's cost: the storm kernel-traced with the
+/// default formats (pftrace, csv) and with `--output-format rocpd`.
+pub fn rocpd(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
+    let launches = if o.quick { "5" } else { "20" };
+    let new: &[&str] = &["--kernel-trace", "--output-format", "rocpd"];
+    let runs = rotate(
+        o,
+        "rocpd",
+        &[UNTRACED, TRACED, new],
+        &[],
+        &[&w.storm, "256", launches],
+    )?;
+    cost_lines(
+        &format!("rocpd writer: the storm, 256 kernels x {launches} launches; --kernel-trace writes pftrace,csv"),
+        "--kernel-trace --output-format rocpd",
+        &runs,
+        Per::Dispatch,
+        report,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(walls: &[f64], kernel_rows: u64, copy_rows: u64) -> Vec<RunResult> {
+        walls
+            .iter()
+            .map(|&wall_s| RunResult {
+                wall_s,
+                csv_rows: kernel_rows,
+                copy_rows,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cost_lines_print_medians_ratios_and_added_time_per_unit() {
+        let r = vec![
+            runs(&[1.0, 2.0, 1.0], 0, 0),
+            runs(&[1.1, 2.2, 1.1], 100, 0),
+            runs(&[1.2, 2.4, 1.3], 0, 200),
+        ];
+        let mut text = String::new();
+        cost_lines("t", "--memory-copy-trace", &r, Per::Copy, &mut text);
+        assert_eq!(
+            text,
+            "\n[t]\n  mode                                     wall s    ratio   ratio range    added us/unit\n  untraced                                  1.000\n  --kernel-trace                            1.100     1.10   1.10-1.10             500.00\n  --memory-copy-trace                       1.300     1.20   1.20-1.30            1500.00\n  (200 copies per run; added = (wall - untraced) / copies)\n"
+        );
+        let mut text = String::new();
+        cost_lines("t", "x", &r, Per::Dispatch, &mut text);
+        assert!(text.contains("(100 dispatches per run"), "{text}");
+    }
 }
