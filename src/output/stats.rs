@@ -229,18 +229,31 @@ fn rows_csv(rows: &[KernelStats]) -> String {
 }
 
 /// Adds one duration to the entry of `name`.
+impl KernelStats {
+    /// No calls yet under `name`.
+    fn named(name: &str) -> Self {
+        KernelStats {
+            name: name.to_string(),
+            calls: 0,
+            total_ns: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+        }
+    }
+
+    /// One more call that took `d` ns.
+    fn record(&mut self, d: u64) {
+        self.calls += 1;
+        self.total_ns += d;
+        self.min_ns = self.min_ns.min(d);
+        self.max_ns = self.max_ns.max(d);
+    }
+}
+
 fn add(map: &mut HashMap<&'static str, KernelStats>, name: &'static str, d: u64) {
-    let e = map.entry(name).or_insert_with(|| KernelStats {
-        name: name.to_string(),
-        calls: 0,
-        total_ns: 0,
-        min_ns: u64::MAX,
-        max_ns: 0,
-    });
-    e.calls += 1;
-    e.total_ns += d;
-    e.min_ns = e.min_ns.min(d);
-    e.max_ns = e.max_ns.max(d);
+    map.entry(name)
+        .or_insert_with(|| KernelStats::named(name))
+        .record(d);
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -262,21 +275,10 @@ impl RecordSink for StatsSink {
     }
 
     fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {
-        let d = r.end_ns.saturating_sub(r.start_ns);
-        let e = self
-            .by_kernel
+        self.by_kernel
             .entry(k.kernel_id)
-            .or_insert_with(|| KernelStats {
-                name: k.display_name.to_string(),
-                calls: 0,
-                total_ns: 0,
-                min_ns: u64::MAX,
-                max_ns: 0,
-            });
-        e.calls += 1;
-        e.total_ns += d;
-        e.min_ns = e.min_ns.min(d);
-        e.max_ns = e.max_ns.max(d);
+            .or_insert_with(|| KernelStats::named(k.display_name))
+            .record(r.end_ns.saturating_sub(r.start_ns));
         Ok(())
     }
 
@@ -287,23 +289,14 @@ impl RecordSink for StatsSink {
         region: &str,
     ) -> io::Result<()> {
         let d = r.end_ns.saturating_sub(r.start_ns);
-        if !self.by_region.contains_key(region) {
-            self.by_region.insert(
-                region.to_owned(),
-                KernelStats {
-                    name: region.to_owned(),
-                    calls: 0,
-                    total_ns: 0,
-                    min_ns: u64::MAX,
-                    max_ns: 0,
-                },
-            );
-        }
-        if let Some(e) = self.by_region.get_mut(region) {
-            e.calls += 1;
-            e.total_ns += d;
-            e.min_ns = e.min_ns.min(d);
-            e.max_ns = e.max_ns.max(d);
+        // Looked up before inserting: a region seen before costs no allocation.
+        match self.by_region.get_mut(region) {
+            Some(e) => e.record(d),
+            None => {
+                let mut e = KernelStats::named(region);
+                e.record(d);
+                self.by_region.insert(region.to_owned(), e);
+            }
         }
         Ok(())
     }
@@ -323,23 +316,11 @@ impl RecordSink for StatsSink {
     }
 
     fn memory_copy(&mut self, r: &crate::record::MemoryCopyRecord) -> io::Result<()> {
-        let d = r.end_ns.saturating_sub(r.start_ns);
-        let (e, bytes) = self.copies.entry(r.direction).or_insert_with(|| {
-            (
-                KernelStats {
-                    name: r.direction.name().to_string(),
-                    calls: 0,
-                    total_ns: 0,
-                    min_ns: u64::MAX,
-                    max_ns: 0,
-                },
-                0,
-            )
-        });
-        e.calls += 1;
-        e.total_ns += d;
-        e.min_ns = e.min_ns.min(d);
-        e.max_ns = e.max_ns.max(d);
+        let (e, bytes) = self
+            .copies
+            .entry(r.direction)
+            .or_insert_with(|| (KernelStats::named(r.direction.name()), 0));
+        e.record(r.end_ns.saturating_sub(r.start_ns));
         *bytes += r.bytes;
         Ok(())
     }
