@@ -65,7 +65,11 @@ fn run(cli: Cli) -> i32 {
         );
     }
     let mut env = ChildEnv::default();
-    plan.tracing = plan.tracing && config_is_valid(&plan) && env.load_tool(&plan, &exe);
+    plan.tracing = plan.tracing
+        && match checked_config(&plan) {
+            Ok(config) => env.load_tool(&plan, &exe, config.as_ref()),
+            Err(()) => false,
+        };
     if !plan.tracing {
         env.remove_rprof_variables();
     }
@@ -162,22 +166,18 @@ fn merge_files(inputs: &[PathBuf], output: &Path) -> i32 {
     }
 }
 
-/// Validates the configuration exactly as the library will, so a mistake is
-/// reported once, here, and the app runs untraced.
-fn config_is_valid(plan: &LaunchPlan) -> bool {
+/// Reads the configuration exactly as the library will (`None`: nothing is
+/// traced), so a mistake is reported once, here (`Err`), and the app runs
+/// untraced; what the launch needs (the ROCTx preload) comes from it too.
+fn checked_config(plan: &LaunchPlan) -> Result<Option<TraceConfig>, ()> {
     let lookup = plan.lookup();
     let facts = ProcessFacts {
         pid: 0,
         ppid: 0,
         hostname: String::new(),
     };
-    match TraceConfig::from_source(&lookup, &facts) {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("rprof: error: {e}; running the application untraced");
-            false
-        }
-    }
+    TraceConfig::from_source(&lookup, &facts)
+        .map_err(|e| eprintln!("rprof: error: {e}; running the application untraced"))
 }
 
 /// What the child's environment differs in from rprof's.
@@ -197,7 +197,7 @@ impl ChildEnv {
     /// Names the tool library in `HSA_TOOLS_LIB` (ahead of the user's) and
     /// sets the plan's variables; false (with one message) if the library
     /// cannot be found.
-    fn load_tool(&mut self, plan: &LaunchPlan, exe: &Path) -> bool {
+    fn load_tool(&mut self, plan: &LaunchPlan, exe: &Path, config: Option<&TraceConfig>) -> bool {
         let tool = match libraries::find(exe, libraries::TOOL_LIBRARY) {
             Ok(tool) => tool,
             Err(e) => {
@@ -205,13 +205,9 @@ impl ChildEnv {
                 return false;
             }
         };
-        let lookup = plan.lookup();
-        let wants = |name: &str| {
-            lookup(name).is_some_and(|v| {
-                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
-            })
-        };
-        if wants("RPROF_MARKER_TRACE") || wants("RPROF_KERNEL_RENAME") || wants("RPROF_SYS_TRACE") {
+        // ROCTx capture (`--marker-trace`, which `--sys-trace` implies, and
+        // `--kernel-rename`) needs the library ahead of the app's ROCTx library.
+        if config.is_some_and(|c| c.marker_trace || c.kernel_rename) {
             let mut preload = tool.clone().into_os_string();
             if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
                 preload.push(" ");
