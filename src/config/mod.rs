@@ -217,6 +217,15 @@ impl EnvSource for ProcessEnv {
     }
 }
 
+/// The boolean `RPROF_*` switch `name` in the process environment, read by
+/// the rules [`TraceConfig`] reads it with; a malformed value reads as off
+/// (the configuration itself reports it). For the few places that must know
+/// a switch before the configuration is read (the ROCTx entry points, which
+/// an app may call before the runtime loads the tool).
+pub fn process_switch(name: &'static str) -> bool {
+    parse::parse_bool(&ProcessEnv, name).unwrap_or(false)
+}
+
 /// Facts about the process used to expand output-name placeholders.
 #[derive(Debug, Clone)]
 pub struct ProcessFacts {

@@ -46,11 +46,7 @@ fn wanted() -> u8 {
     if w != 0 {
         return w;
     }
-    let on = |name: &str| {
-        std::env::var(name)
-            .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
-            .unwrap_or(false)
-    };
+    let on = rprof_core::config::process_switch;
     let w =
         READ | if on("RPROF_MARKER_TRACE") || on("RPROF_SYS_TRACE") {
             MARKERS
