@@ -9,6 +9,10 @@
 # (built below with the other hip-tests) and graph_storm.
 # A short check (about a minute once built): scripts/bench.sh --only storm --launches 10 --reps 1
 # `scripts/bench.sh --help` lists rprof-bench's options (crate bench/) without building the workloads.
+# rocprofv3 side by side (section peer): scripts/bench.sh --runtime 6.4 --peer-root /var/tmp/peer-roots/sid
+#   --only peer [--reps 5]. The peer root is made by ../shared/tools/peer-rocprofv3/build.sh (rocprofiler-sdk
+#   0.6.0 on Debian sid's ROCr 6.4.3); the workloads are compiled inside it into $work/peer-hip, and the
+#   untraced, rprof and rocprofv3 runs all run in it (scripts/rocm-env.sh PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -22,6 +26,30 @@ if [ "${1:-}" = "--runtime" ]; then
   runtime="$2"
   shift 2
 fi
+# --peer-root PATH (anywhere among the options): the rocprofv3 root for section peer.
+peer_root=
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    --peer-root) peer_root="${args[i + 1]:-}" ;;
+    --peer-root=*) peer_root="${args[i]#--peer-root=}" ;;
+  esac
+done
+if [ -n "$peer_root" ] || printf '%s\n' "$@" | grep -qE '(^|,)peer(,|$)'; then
+  peer_tool=opt/rocprofiler-sdk/bin/rocprofv3
+  if [ -z "$peer_root" ]; then
+    echo "bench: section peer needs --peer-root PATH, the rocprofv3 root made by" \
+      "../shared/tools/peer-rocprofv3/build.sh (default /var/tmp/peer-roots/sid)" >&2
+    exit 2
+  fi
+  if [ ! -x "$peer_root/$peer_tool" ]; then
+    echo "bench: no rocprofv3 peer root at $peer_root (missing: $peer_root/$peer_tool)." \
+      "Build it first (about 10 minutes, as root):" \
+      "DEB_MIRROR=http://deb.debian.org/debian MIRROR=<fetch mirror> ../shared/tools/peer-rocprofv3/build.sh" \
+      "(see its README)" >&2
+    exit 2
+  fi
+fi
 cargo build --release --workspace
 if [ "$runtime" != 5.2 ]; then
   work="$target/bench-rocm-$runtime"
@@ -29,12 +57,21 @@ if [ "$runtime" != 5.2 ]; then
   HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$runtime" -- \
     bash hip-tests/build.sh "$work/hip"
   cp -f "$work/hip/graph_storm" "$work/graph_storm"
+  if [ -n "$peer_root" ]; then
+    # The peer's workloads are compiled in the peer root itself, where they run.
+    HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$peer_root" -- \
+      bash hip-tests/build.sh "$work/peer-hip"
+  fi
   exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" --runtime "$runtime" "$@"
 fi
 work="$target/bench"
 mkdir -p "$work"
 HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash hip-tests/build.sh "$work/hip"
 cp -f "$work/hip/graph_storm" "$work/graph_storm"
+if [ -n "$peer_root" ]; then
+  HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$peer_root" -- \
+    bash hip-tests/build.sh "$work/peer-hip"
+fi
 src=tests/programs
 if [ ! -f "$work/bench_kernels.hsaco" ] || [ "$src/bench_kernels.cl" -nt "$work/bench_kernels.hsaco" ]; then
   clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \

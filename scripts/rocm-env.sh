@@ -8,6 +8,9 @@
 #   6.1    ROCr 6.1.2, HIP 5.7.1 (Debian trixie)      a debootstrap root
 #   6.4    ROCr 6.4.3, HIP 6.4.3 (Debian sid)         a debootstrap root
 #   7.0    ROCr 7.0 (1.18.0), HIP 6.4.3               the sid root, with ROCr 7.0 built from source in /opt/rocr7
+#   /PATH  whatever that root holds                   an existing root made elsewhere, used as is (never built,
+#                                                     changed or deleted here), e.g. the rocprofv3 peer root
+#                                                     /var/tmp/peer-roots/sid of ../shared/tools/peer-rocprofv3
 #
 # Debian does not package ROCr 7.0: it is built from the ROCm/rocm-systems sources (release/rocm-rel-7.0) into
 # the sid root's /opt/rocr7 by a separate recipe (about 3 minutes; it needs those sources, so it is not part of
@@ -21,7 +24,7 @@
 # its exit status is passed through. Without COMMAND the root's path is printed.
 set -euo pipefail
 
-usage() { echo "usage: $0 5.2|6.1|6.4|7.0 [-- COMMAND ARGS...]" >&2; exit 2; }
+usage() { echo "usage: $0 5.2|6.1|6.4|7.0|/ROOT/PATH [-- COMMAND ARGS...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1; shift
 if [ $# -gt 0 ]; then
@@ -37,6 +40,15 @@ common=(libhsa-runtime64-1 libhsa-runtime-dev hipcc libamdhip64-dev g++ make roc
 # of apps linked to it (tests/marker_trace.rs); Debian 12 has none for 5.2.
 roctx=(libroctx64-4 libroctx-dev)
 case "$version" in
+  /*)
+    # A root given by path: checked, then entered with the same mounts below; nothing is built.
+    root=$(cd "$version" 2>/dev/null && pwd) || { echo "rocm-env: no root at $version" >&2; exit 2; }
+    if [ ! -e "$root/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1" ] || [ ! -x "$root/bin/sh" ]; then
+      echo "rocm-env: $root is not a ROCm root (no /bin/sh or /usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1 in it)" >&2
+      exit 2
+    fi
+    [ "$root" != / ] || { echo "rocm-env: / is the host (use 5.2)" >&2; exit 2; }
+    suite=path ;;
   5.2)
     if [ $# -eq 0 ]; then echo /; exit 0; fi
     exec "$@" ;;
@@ -50,6 +62,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
+if [ "$suite" != path ]; then
 cache=${RPROF_ROCM_ROOTS:-/var/cache/rprof-rocm}
 recipe="v1 $suite ${pkgs[*]}"
 key=$(printf '%s' "$recipe" | sha256sum | cut -c1-12)
@@ -101,6 +114,7 @@ if [ ! -f "$root/.rprof-rocm-recipe" ]; then
   flock 9
   [ -f "$root/.rprof-rocm-recipe" ] || build_root
   flock -u 9
+fi
 fi
 
 rocr7=/opt/rocr7/lib

@@ -38,6 +38,10 @@ pub struct Options {
     /// `scripts/rocm-env.sh VERSION --`; 5.2 runs on the host.
     #[arg(long, value_name = "5.2|6.1|6.4", value_parser = runtime)]
     pub runtime: Option<Runtime>,
+    /// The rocprofv3 peer root (`../shared/tools/peer-rocprofv3/build.sh`,
+    /// e.g. /var/tmp/peer-roots/sid) for section `peer`.
+    #[arg(long, value_name = "DIR")]
+    pub peer_root: Option<PathBuf>,
 }
 
 /// A part of the report.
@@ -66,6 +70,9 @@ pub enum Section {
     Systrace,
     /// The cost of the rocpd writer (--output-format rocpd on the storm).
     Rocpd,
+    /// rocprofv3 beside rprof in the peer root (--peer-root; not in the
+    /// default set).
+    Peer,
 }
 
 /// A runtime other than the host's 5.2 (`--runtime 5.2` is the host).
@@ -87,7 +94,8 @@ fn key_value(kv: &str) -> Result<(String, String), String> {
 impl Options {
     /// Whether `section` runs.
     pub fn want(&self, section: Section) -> bool {
-        self.only.is_empty() || self.only.contains(&section)
+        (self.only.is_empty() && (section != Section::Peer || self.peer_root.is_some()))
+            || self.only.contains(&section)
     }
 
     /// The runtime's root to run in, `None` for the host's 5.2.

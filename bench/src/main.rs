@@ -20,16 +20,21 @@
 //! - `hip/memcpy_mix ROUNDS` (hip-tests): copies between kernels, for the
 //!   cost of `--memory-copy-trace` and `--sys-trace`; the storm again for
 //!   `--marker-trace` (no markers: the preload and interposition cost) and
-//!   for the rocpd writer (`--output-format rocpd`).
+//!   for the rocpd writer (`--output-format rocpd`);
+//! - section `peer` ([`peer`]): AMD's `rocprofv3 --kernel-trace` beside
+//!   `rprof --kernel-trace` on the storm and the mix, both in the rocprofv3
+//!   root `--peer-root` names (ROCr 6.4.3), against the untraced app.
 //!
 //! Modules: [`cli`] (options, clap), [`run`] (one run under rprof, pairs of
 //! runs), [`stats`] (medians, ranges, the figures workloads print),
-//! [`sections`] (one function per report section), [`plot`] (the SVG).
+//! [`sections`] (one function per report section), [`peer`] (rocprofv3
+//! beside rprof in the peer root), [`plot`] (the SVG).
 //!
 //! Usage: `rprof-bench --bin-dir target/release --work-dir target/bench
 //! [--reps 5] [--quick] [--svg docs/overhead.svg]`.
 
 mod cli;
+mod peer;
 mod plot;
 mod run;
 mod sections;
@@ -128,6 +133,9 @@ fn measure(o: &Options, w: &Workloads) -> Result<Report, Error> {
     }
     if o.want(Section::Rocpd) {
         sections::rocpd(o, w, &mut text)?;
+    }
+    if o.want(Section::Peer) {
+        peer::peer(o, &mut text)?;
     }
     Ok(Report { text, points })
 }
