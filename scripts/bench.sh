@@ -50,6 +50,15 @@ if [ -n "$peer_root" ] || printf '%s\n' "$@" | grep -qE '(^|,)peer(,|$)'; then
     exit 2
   fi
 fi
+# The peer's workloads, compiled in the peer root itself, where they run, and the query-only aqlprofile
+# rocprofv3 needs there (bench/peer/aqlprofile_query.c says why).
+build_peer() {
+  HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$peer_root" -- \
+    bash hip-tests/build.sh "$1/peer-hip"
+  mkdir -p "$1/peer-aqlprofile"
+  bash scripts/rocm-env.sh "$peer_root" -- gcc -O2 -Wall -fPIC -shared -Wl,-soname,libhsa-amd-aqlprofile64.so.1 \
+    -o "$1/peer-aqlprofile/libhsa-amd-aqlprofile64.so.1" bench/peer/aqlprofile_query.c
+}
 cargo build --release --workspace
 if [ "$runtime" != 5.2 ]; then
   work="$target/bench-rocm-$runtime"
@@ -57,21 +66,14 @@ if [ "$runtime" != 5.2 ]; then
   HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$runtime" -- \
     bash hip-tests/build.sh "$work/hip"
   cp -f "$work/hip/graph_storm" "$work/graph_storm"
-  if [ -n "$peer_root" ]; then
-    # The peer's workloads are compiled in the peer root itself, where they run.
-    HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$peer_root" -- \
-      bash hip-tests/build.sh "$work/peer-hip"
-  fi
+  [ -z "$peer_root" ] || build_peer "$work"
   exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" --runtime "$runtime" "$@"
 fi
 work="$target/bench"
 mkdir -p "$work"
 HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash hip-tests/build.sh "$work/hip"
 cp -f "$work/hip/graph_storm" "$work/graph_storm"
-if [ -n "$peer_root" ]; then
-  HIP_TESTS_ARCHS="${HIP_TESTS_ARCHS:-gfx90a}" bash scripts/rocm-env.sh "$peer_root" -- \
-    bash hip-tests/build.sh "$work/peer-hip"
-fi
+[ -z "$peer_root" ] || build_peer "$work"
 src=tests/programs
 if [ ! -f "$work/bench_kernels.hsaco" ] || [ "$src/bench_kernels.cl" -nt "$work/bench_kernels.hsaco" ]; then
   clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \

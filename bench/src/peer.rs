@@ -12,10 +12,13 @@
 //!   emulated GPU, no launcher);
 //! - rprof: `rprof --device emulated --kernel-trace -d DIR -o TAG -- APP`
 //!   (the host's release build; it preloads the emulator itself);
-//! - rocprofv3: `env LD_PRELOAD=librprof_emu_kfd.so HSA_TOOLS_LIB=<the
-//!   root's HSA bridge> rocprofv3 --kernel-trace -d DIR -o TAG -- APP`
+//! - rocprofv3: `env LD_PRELOAD=librprof_emu_kfd.so LD_LIBRARY_PATH=WORK/peer-aqlprofile
+//!   HSA_TOOLS_LIB=<the root's HSA bridge> rocprofv3 --kernel-trace -d DIR -o TAG -- APP`
 //!   (rocprofv3 appends its own libraries to `LD_PRELOAD`, so the emulator
-//!   stays first; the bridge hands Debian's ROCr API table to the SDK).
+//!   stays first; the bridge hands Debian's ROCr API table to the SDK; the
+//!   query-only aqlprofile of `bench/peer/aqlprofile_query.c` answers the
+//!   counter-metadata queries rocprofv3's tool makes at start-up, which the
+//!   recipe's all-failing stub turns into `std::terminate`).
 //!
 //! The three modes rotate `--reps` times. Each run writes into a directory
 //! of its own, so "output bytes" is every file the tool wrote. Dispatch
@@ -81,6 +84,9 @@ pub struct Peer {
     pub storm: String,
     /// `memcpy_mix`, built inside the peer root.
     pub memcpy: String,
+    /// The directory of the query-only aqlprofile (`bench/peer/`), first on
+    /// rocprofv3's `LD_LIBRARY_PATH`.
+    pub aqlprofile: String,
     /// Where each run's outputs go (`WORK/out/peer/<tool>-<tag>/`).
     pub out: PathBuf,
 }
@@ -142,6 +148,10 @@ impl Peer {
             )?,
             storm: need(hip.join("graph_storm"), "graph_storm for the peer root")?,
             memcpy: need(hip.join("memcpy_mix"), "memcpy_mix for the peer root")?,
+            aqlprofile: need(
+                o.work_dir.join("peer-aqlprofile"),
+                "the query-only aqlprofile rocprofv3 needs at start-up (bench/peer/aqlprofile_query.c)",
+            )?,
             out: o.work_dir.join("out").join("peer"),
         })
     }
@@ -165,6 +175,7 @@ impl Peer {
             Tool::Rocprofv3 => {
                 c.arg("env")
                     .arg(&preload)
+                    .arg(format!("LD_LIBRARY_PATH={}", self.aqlprofile))
                     .arg(format!("HSA_TOOLS_LIB={HSA_BRIDGE}"))
                     .arg(ROCPROFV3)
                     .args(trace);
@@ -173,7 +184,7 @@ impl Peer {
         }
         c.args(app);
         // Neither tool's inherited settings leak into the other's runs.
-        for k in ["LD_PRELOAD", "HSA_TOOLS_LIB"] {
+        for k in ["LD_PRELOAD", "HSA_TOOLS_LIB", "LD_LIBRARY_PATH"] {
             c.env_remove(k);
         }
         c
@@ -654,6 +665,7 @@ mod tests {
             emulator: "/b/librprof_emu_kfd.so".into(),
             storm: "/w/graph_storm".into(),
             memcpy: "/w/memcpy_mix".into(),
+            aqlprofile: "/w/aql".into(),
             out: "/w/out".into(),
         };
         let args = |t: Tool| -> Vec<String> {
@@ -677,7 +689,7 @@ mod tests {
         );
         assert_eq!(
             args(Tool::Rocprofv3).join(" "),
-            format!("scripts/rocm-env.sh /r -- env LD_PRELOAD=/b/librprof_emu_kfd.so HSA_TOOLS_LIB={HSA_BRIDGE} {ROCPROFV3} --kernel-trace -d /d -o run -- /w/graph_storm 256 1")
+            format!("scripts/rocm-env.sh /r -- env LD_PRELOAD=/b/librprof_emu_kfd.so LD_LIBRARY_PATH=/w/aql HSA_TOOLS_LIB={HSA_BRIDGE} {ROCPROFV3} --kernel-trace -d /d -o run -- /w/graph_storm 256 1")
         );
     }
 }
