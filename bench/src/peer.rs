@@ -549,16 +549,36 @@ fn compare(
             last.out_bytes as f64 / units,
         );
     }
-    if let [_, r, v] = added[..] {
-        if r.is_finite() && v.is_finite() && v > 0.0 {
-            let _ = writeln!(
-                report,
-                "  rprof adds {:.2} of rocprofv3's added time ({r:.2} vs {v:.2} us/{unit}; target <= 0.33)",
-                r / v
-            );
-        }
+    let walls: Vec<f64> = cols
+        .iter()
+        .map(|c| median(&c.runs.iter().map(|r| r.wall_s).collect::<Vec<_>>()))
+        .collect();
+    if let ([_, r, v], [_, rw, vw]) = (&added[..], &walls[..]) {
+        let _ = writeln!(report, "  {}", verdict(*r, *v, *rw, *vw, unit));
     }
     Ok(())
+}
+
+/// The comparison's last line: rprof's added time as a share of
+/// rocprofv3's (the target is at most a third), and the two tools' median
+/// wall times side by side. On a loaded machine the untraced median can
+/// exceed a traced one: then "added" means nothing and only the direct
+/// ratio is given.
+pub fn verdict(r_added: f64, v_added: f64, r_wall: f64, v_wall: f64, unit: &str) -> String {
+    let direct = format!("rprof's wall time is {:.2}x rocprofv3's", r_wall / v_wall);
+    if !(r_added.is_finite() && v_added.is_finite()) {
+        return direct;
+    }
+    if v_added <= 0.0 || r_added <= 0.0 {
+        return format!(
+            "{direct}; added time not comparable (rprof {r_added:+.2}, rocprofv3 {v_added:+.2} us/{unit}: an untraced median above a traced one is noise)"
+        );
+    }
+    let share = r_added / v_added;
+    format!(
+        "{direct}; rprof adds {share:.2} of rocprofv3's added time ({r_added:.2} vs {v_added:.2} us/{unit}; target <= 0.33: {})",
+        if share <= 1.0 / 3.0 { "met" } else { "MISSED" }
+    )
 }
 
 /// Section `peer`: rocprofv3 beside rprof on the graph storm and the 20 µs
@@ -654,6 +674,22 @@ mod tests {
         assert_eq!(
             count_verdict(&t, &got),
             "7 WRONG (2 kernels differ: void graph_node<1>(int*, int): 2 of 3; unexpected extra: 1)"
+        );
+    }
+
+    #[test]
+    fn verdicts_compare_added_time_only_when_both_add() {
+        assert_eq!(
+            verdict(1.0, 4.0, 2.0, 5.0, "disp"),
+            "rprof's wall time is 0.40x rocprofv3's; rprof adds 0.25 of rocprofv3's added time (1.00 vs 4.00 us/disp; target <= 0.33: met)"
+        );
+        assert!(verdict(2.0, 4.0, 3.0, 5.0, "disp").ends_with("target <= 0.33: MISSED)"));
+        assert!(
+            verdict(-1.0, 4.0, 1.0, 5.0, "copy").contains("added time not comparable (rprof -1.00")
+        );
+        assert_eq!(
+            verdict(f64::NAN, 4.0, f64::NAN, 5.0, "disp"),
+            "rprof's wall time is NaNx rocprofv3's"
         );
     }
 
