@@ -172,8 +172,11 @@ impl Session {
             return;
         }
         let stats = self.source.pool().stats();
+        let (completion_cpu, writer_cpu) =
+            super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
+        let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns",
+            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch",
             t0.elapsed(),
             m.dispatches,
             m.filtered_out,
@@ -185,6 +188,8 @@ impl Session {
             stats.acquire_waits,
             o.intercept_calls,
             o.intercept_ns / o.intercept_calls.max(1),
+            per_dispatch(completion_cpu),
+            per_dispatch(writer_cpu),
         );
     }
 
