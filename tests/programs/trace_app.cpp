@@ -24,7 +24,7 @@
 //                   hsa_queue_destroy (the kernels never run) and hsa_shut_down; prints DESTROY_SECONDS
 //   fork N CHILD    N dispatches, then fork() without exec: the child (CHILD = none: no GPU use, some CPU work;
 //                   hsa: calls into HSA after fork, undefined for ROCr: a signal, a kernel on the parent's queue,
-//                   a 2 s bounded wait; prints CHILD_SIGNAL_CREATE, CHILD_WAIT) prints CHILD_DONE and exit(0)s;
+//                   a 2 s bounded wait; prints CHILD_SIGNAL_CREATE, CHILD_DISPATCHED, CHILD_WAIT) prints CHILD_DONE and exit(0)s;
 //                   the parent waits for it (20 s, then kills it), prints CHILD_STATUS, then N dispatches more
 //   load T Q N [S]  T threads, each with Q queues of S slots (64), N calls per queue round robin: every 5th call a
 //                   barrier-AND completing the thread's app signal, every 7th kernel with that signal, each waited
@@ -278,6 +278,8 @@ static int fork_mode(int n, const std::string& child) {
       fflush(stdout);
       if (st == HSA_STATUS_SUCCESS) {
         dispatch(q, g_kernels[0], 64, 64, s);
+        printf("CHILD_DISPATCHED\n");
+        fflush(stdout);
         uint64_t freq = 0;
         hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY, &freq);
         hsa_signal_value_t v =
