@@ -23,6 +23,7 @@
 //   destroy_gated N one queue: a barrier-AND on a host signal never opened, N kernels behind it, then
 //                   hsa_queue_destroy (the kernels never run) and hsa_shut_down; prints DESTROY_SECONDS
 //   fork N CHILD    N dispatches, then fork() without exec: the child (CHILD = none: no GPU use, some CPU work;
+//                   clone: the same, the child made by the raw clone system call, so no pthread_atfork handler runs;
 //                   hsa: calls into HSA after fork, undefined for ROCr: a signal, a kernel on the parent's queue,
 //                   a 2 s bounded wait; prints CHILD_SIGNAL_CREATE, CHILD_DISPATCHED, CHILD_WAIT) prints CHILD_DONE and exit(0)s;
 //                   the parent waits for it (20 s, then kills it), prints CHILD_STATUS, then N dispatches more
@@ -47,6 +48,7 @@
 #include <unistd.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <string.h>
 
 #include <atomic>
@@ -265,7 +267,9 @@ static int fork_mode(int n, const std::string& child) {
   work(q, n, 0);
   fflush(stdout);
   fflush(stderr);
-  pid_t pid = fork();
+  // `clone`: a child made by the raw clone system call, as fork() makes it but without fork's handlers
+  // (pthread_atfork), as some launchers and runtimes do.
+  pid_t pid = child == "clone" ? (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0) : fork();
   if (pid < 0) {
     perror("fork");
     return 1;
