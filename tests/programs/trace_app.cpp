@@ -30,7 +30,8 @@
 //   load T Q N [S]  T threads, each with Q queues of S slots (64), N calls per queue round robin: every 5th call a
 //                   barrier-AND completing the thread's app signal, every 7th kernel with that signal, each waited
 //                   for; prints RSS_KB warm=<at 10 %> end=<at the end> (thread 0's view)
-//   events N [F] [Q] [late]  creates Q queues (1) (with `late`: after the signals), then 5000 signals with hsa_signal_create(1, 0, NULL): ROCr makes each an
+//   events N [F] [Q] [late]  creates Q queues (1) and runs 64 kernels on the first (with `late`: the queues
+//                   after the signals, no warm-up), then 5000 signals with hsa_signal_create(1, 0, NULL): ROCr makes each an
 //                   interrupt signal holding one driver event while the driver has events, then falls back to
 //                   plain signals; gives F (16) of the event signals back; N kernels on the first queue, every 2nd completing a
 //                   held event signal waited for (blocked); prints EVENT_SIGNALS, PLAIN_SIGNALS, CREATE_STATUS
@@ -388,6 +389,18 @@ static int events_mode(int n, int give_back, int queues, bool late) {
   std::vector<hsa_queue_t*> qs;
   if (!late)
     for (int i = 0; i < queues; i++) qs.push_back(make_queue());
+  // Warm-up on the first queue (a tracer's signal pool grows here): 64 kernels, then a barrier waited for.
+  if (!late) {
+    hsa_signal_t warm;
+    CHECK(hsa_signal_create(1, 0, nullptr, &warm));
+    for (int i = 0; i < 64; i++) {
+      dispatch(qs[0], g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    barrier(qs[0], warm);
+    wait_zero(warm);
+    CHECK(hsa_signal_destroy(warm));
+  }
   std::vector<hsa_signal_t> held, plain;
   hsa_status_t st = HSA_STATUS_SUCCESS;
   while (held.size() + plain.size() < 5000) {
