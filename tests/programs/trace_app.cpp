@@ -430,7 +430,9 @@ static int events_mode(int n, int give_back, int queues, bool late) {
   for (int i = 0; i < n; i++) {
     int k = i % 3;
     if (i % 2 == 0 && !held.empty()) {
-      hsa_signal_t s = held[(size_t)i % held.size()];
+      // From both ends: the first events created and the last ones (the driver's highest ids and slots).
+      size_t n = held.size(), j = (size_t)i % n;
+      hsa_signal_t s = i % 4 == 0 ? held[j] : held[n - 1 - j];
       hsa_signal_store_screlease(s, 1);
       dispatch(q, g_kernels[k], 64u * (k + 1), 64, s);
       g_count[k]++;
