@@ -47,6 +47,13 @@ impl Session {
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
+        if std::process::id() != self.engine.options().pid {
+            // A child of the traced process made without the fork handler
+            // (a raw `clone`): rprof's threads and files are the parent's;
+            // never wait for them, never report them.
+            super::lifecycle::forget_in_child(self);
+            return;
+        }
         let t0 = Instant::now();
         self.wait_for_undelivered_packets(t0);
         if at_exit {
