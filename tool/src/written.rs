@@ -123,6 +123,18 @@ fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(Pa
     let mut rpc = Vec::new();
     if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
         expected = rprof_tool::report::output_files(&cfg);
+        // --pftrace-split-seconds: NAME_part1.pftrace, ... were written by
+        // the sink of NAME.pftrace (finished when it is), as far as they go.
+        if cfg.formats.pftrace && cfg.pftrace_split_ns.is_some() {
+            let first = cfg.output_path(".pftrace");
+            for k in 1.. {
+                let part = rprof_core::output::split::part_path(&first, k);
+                if std::fs::symlink_metadata(&part).is_err() {
+                    break;
+                }
+                rpc.push((part, first.clone()));
+            }
+        }
         if cfg.marker_trace && cfg.stats {
             rpc.push((
                 cfg.output_path("_marker_api_stats.csv"),
