@@ -8,6 +8,8 @@
 # The trace-cost sections (--only copies,markers,systrace,rocpd) use hip-tests' memcpy_mix from $work/hip
 # (built below with the other hip-tests) and graph_storm.
 # A short check (about a minute once built): scripts/bench.sh --only storm --launches 10 --reps 1
+# Scale (not in CI, minutes per run; only when named): scripts/bench.sh --only scale [--scale-sizes 100000,1000000]
+#   uses graph_storm and hip/threads (built below with the other hip-tests).
 # `scripts/bench.sh --help` lists rprof-bench's options (crate bench/) without building the workloads.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,8 +1,9 @@
 //! `rprof-bench`: tracing overhead measured side by side, in one run.
 //!
 //! Owns the benchmark's command line, its runs and its report; it must not
-//! link rprof itself (it runs the `rprof` binary, like a user) nor build the
-//! workloads (`scripts/bench.sh` does).
+//! link rprof itself (it runs the `rprof` binary, like a user; it reads traces
+//! with `rprof-perfetto`'s streaming counter) nor build the workloads
+//! (`scripts/bench.sh` does).
 //!
 //! Every measurement alternates the untraced run (`rprof --device emulated`,
 //! same GPU, same runtime, no tool library) and the traced run
@@ -24,7 +25,8 @@
 //!
 //! Modules: [`cli`] (options, clap), [`run`] (one run under rprof, pairs of
 //! runs), [`stats`] (medians, ranges, the figures workloads print),
-//! [`sections`] (one function per report section), [`plot`] (the SVG).
+//! [`sections`] (one function per report section), [`scale`] (millions of
+//! dispatches, only with `--only scale`), [`plot`] (the SVG).
 //!
 //! Usage: `rprof-bench --bin-dir target/release --work-dir target/bench
 //! [--reps 5] [--quick] [--svg docs/overhead.svg]`.
@@ -32,6 +34,7 @@
 mod cli;
 mod plot;
 mod run;
+mod scale;
 mod sections;
 mod stats;
 
@@ -128,6 +131,9 @@ fn measure(o: &Options, w: &Workloads) -> Result<Report, Error> {
     }
     if o.want(Section::Rocpd) {
         sections::rocpd(o, w, &mut text)?;
+    }
+    if o.want(Section::Scale) {
+        scale::scale(o, w, &mut text)?;
     }
     Ok(Report { text, points })
 }

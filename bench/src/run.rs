@@ -26,6 +26,8 @@ pub struct RunResult {
     pub cpu_s: f64,
     /// `key=value` lines the workload printed.
     pub values: HashMap<String, String>,
+    /// Everything the workload printed on stdout.
+    pub stdout: String,
     /// Size of the Perfetto trace (traced runs).
     pub trace_bytes: u64,
     /// Rows of the kernel-trace CSV (traced runs).
@@ -154,6 +156,7 @@ pub fn run(
             r.values.insert(k.trim().to_string(), v.trim().to_string());
         }
     }
+    r.stdout = stdout;
     if traced {
         r.trace_bytes = std::fs::metadata(out_dir.join(format!("{tag}.pftrace")))
             .map(|m| m.len())

@@ -84,15 +84,24 @@ pub struct TraceArgs {
     /// Per-kernel statistics at exit (stderr and NAME_kernel_stats.csv).
     #[arg(long)]
     pub stats: bool,
+    /// The per-kernel summary on stderr at exit, as rocprofv3's -S (no
+    /// statistics file). With --output-format none: the summary alone.
+    #[arg(short = 'S', long)]
+    pub summary: bool,
     /// Output directory.
     #[arg(short = 'd', long = "output-directory", value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Output file name stem; placeholders %pid% %ppid% %hostname% %rank% %env{VAR}%.
     #[arg(short = 'o', long = "output-file", value_name = "NAME")]
     pub output_name: Option<String>,
-    /// Comma-separated formats: pftrace, csv, json, rocpd (default pftrace,csv).
+    /// Comma-separated formats: pftrace, csv, json, rocpd (default
+    /// pftrace,csv); `none` writes no trace file (with --stats or --summary).
     #[arg(long, value_name = "FORMATS")]
     pub output_format: Option<String>,
+    /// Start a new Perfetto trace file every N seconds of trace time
+    /// (NAME.pftrace, NAME_part1.pftrace, ...; each opens on its own).
+    #[arg(long, value_name = "N")]
+    pub pftrace_split_seconds: Option<String>,
     /// Keep only kernels whose name matches this regex.
     #[arg(long, value_name = "RE")]
     pub kernel_include_regex: Option<String>,
@@ -161,6 +170,7 @@ impl LaunchPlan {
         flag(&mut env, t.memory_copy_trace, "RPROF_MEMORY_COPY_TRACE");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
+        flag(&mut env, t.summary, "RPROF_SUMMARY");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
         let mut opt = |v: &Option<String>, name: &str| {
             if let Some(v) = v {
@@ -175,6 +185,7 @@ impl LaunchPlan {
         );
         opt(&t.output_name, "RPROF_OUTPUT_NAME");
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
+        opt(&t.pftrace_split_seconds, "RPROF_PFTRACE_SPLIT_SECONDS");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
         let tracing = t.kernel_trace
@@ -182,6 +193,7 @@ impl LaunchPlan {
             || t.rpc_trace
             || t.serialize_kernels
             || t.stats
+            || t.summary
             || t.marker_trace
             || t.memory_copy_trace;
         let emulated = match t.device {
@@ -237,8 +249,6 @@ pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--agent-index",
     "-A",
     "--minimum-output-data",
-    "--summary",
-    "-S",
     "--summary-per-domain",
     "-D",
     "--summary-groups",
@@ -267,7 +277,7 @@ pub fn unknown_option_message(arg: &str) -> String {
     if ROCPROFV3_UNIMPLEMENTED.contains(&name) {
         format!(
             "rprof: error: {name} is a rocprofv3 option rprof does not implement \
-             (rprof records kernel dispatches: --kernel-trace, --sys-trace, --stats; \
+             (rprof records kernel dispatches: --kernel-trace, --sys-trace, --stats, --summary; \
              see rprof --help)"
         )
     } else {
@@ -418,6 +428,33 @@ mod tests {
         assert!(p.tracing);
         assert!(p.env.contains(&("RPROF_SYS_TRACE".into(), "1".into())));
         assert!(parse(&["rprof", "-s", "./app"]).trace.sys_trace);
+    }
+
+    #[test]
+    fn summary_and_split_map_to_their_variables() {
+        let c = parse(&[
+            "rprof",
+            "-S",
+            "--output-format",
+            "none",
+            "--pftrace-split-seconds",
+            "2.5",
+            "./app",
+        ]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert!(p.tracing);
+        assert_eq!(get("RPROF_SUMMARY"), Some("1"));
+        assert_eq!(get("RPROF_OUTPUT_FORMAT"), Some("none"));
+        assert_eq!(get("RPROF_PFTRACE_SPLIT_SECONDS"), Some("2.5"));
+        assert!(parse(&["rprof", "--summary", "./app"]).trace.summary);
+        // rocprofv3's other summary options are still refused by name.
+        let e = Cli::try_parse_from(["rprof", "--summary-output-file", "x", "./app"]).unwrap_err();
+        let msg = unknown_option_message(&unknown_argument(&e).unwrap());
+        assert!(
+            msg.contains("rocprofv3 option rprof does not implement"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use rprof_core::output::csv::CsvSink;
 use rprof_core::output::json::JsonSink;
 use rprof_core::output::perfetto::{PerfettoOptions, PerfettoSink, WriterOptions};
 use rprof_core::output::rocpd::RocpdSink;
+use rprof_core::output::split::{part_path, SplitPerfettoSink};
 use rprof_core::output::stats::StatsSink;
 use rprof_core::sink::RecordSink;
 
@@ -52,13 +53,28 @@ fn open_each(
             WriterOptions::default()
         };
         let p = path(".pftrace")?;
-        sinks.push(Box::new(PerfettoSink::with_options(
-            &p,
-            PerfettoOptions {
-                encoding,
-                ..Default::default()
-            },
-        )?));
+        let options = PerfettoOptions {
+            encoding,
+            ..Default::default()
+        };
+        match config.pftrace_split_ns {
+            Some(window) => {
+                // The parts are created as the trace reaches them: refuse
+                // now if an earlier run's second part is in the way.
+                let second = part_path(&p, 1);
+                if std::fs::symlink_metadata(&second).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!(
+                            "{} already exists (an earlier run's split trace): remove it, or choose another name with -o/--output-file",
+                            second.display()
+                        ),
+                    ));
+                }
+                sinks.push(Box::new(SplitPerfettoSink::create(&p, window, options)?));
+            }
+            None => sinks.push(Box::new(PerfettoSink::with_options(&p, options)?)),
+        }
         created.push(p);
     }
     if config.formats.csv {
@@ -80,6 +96,9 @@ fn open_each(
         let p = path("_kernel_stats.csv")?;
         sinks.push(Box::new(StatsSink::create(p.clone(), true)?));
         created.push(p);
+    } else if config.summary {
+        // --summary without --stats: the same table on stderr, no file.
+        sinks.push(Box::new(StatsSink::new(None, true)));
     }
     Ok(sinks)
 }
