@@ -128,6 +128,34 @@ mod tests {
     }
 
     #[test]
+    fn the_reported_files_are_the_sinks_files_in_their_order() {
+        // The writer reports each sink's outcome by position in
+        // `report::output_files`: it must list what `open_each` creates, in
+        // the same order (rocpd between JSON and the statistics was missing).
+        for (formats, stats) in [
+            ("pftrace,csv,json,rocpd", true),
+            ("rocpd", true),
+            ("csv,rocpd", false),
+            ("pftrace", true),
+        ] {
+            let dir = std::env::temp_dir().join(format!(
+                "rprof-outputs-order-{}-{}",
+                std::process::id(),
+                formats.replace(',', "-")
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let cfg = config(&dir, formats, stats);
+            let mut created = Vec::new();
+            let sinks = open_each(&cfg, &mut created).unwrap();
+            assert_eq!(created, crate::report::output_files(&cfg), "{formats}");
+            assert_eq!(sinks.len(), created.len(), "{formats}");
+            drop(sinks);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
     fn a_taken_name_refuses_the_run_and_leaves_no_new_files() {
         let dir = std::env::temp_dir().join(format!("rprof-outputs-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
