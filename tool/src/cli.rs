@@ -70,7 +70,8 @@ pub struct TraceArgs {
     /// Record ROCTx marks and ranges (NAME_marker_api_trace.csv; the tool library is preloaded).
     #[arg(long)]
     pub marker_trace: bool,
-    /// Name each kernel after its innermost enclosing ROCTx push/pop range.
+    /// Name each kernel after its innermost enclosing ROCTx push/pop range
+    /// (or a ROCTx mark made since on its thread), as rocprofv3 does.
     #[arg(long)]
     pub kernel_rename: bool,
     /// Record asynchronous memory copies (hsa_amd_memory_async_copy*, as
