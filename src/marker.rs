@@ -151,6 +151,9 @@ pub const MESSAGE_TABLE_FULL: &str = "<rprof: ROCTx message table full>";
 static MESSAGE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static NEXT_MARKER: AtomicU64 = AtomicU64::new(1);
 static KERNEL_RENAME: AtomicBool = AtomicBool::new(false);
+/// Push/pop ranges pushed and not popped, on every thread (one atomic add per
+/// push and pop; no lock).
+static OPEN_PUSH_RANGES: AtomicU64 = AtomicU64::new(0);
 
 /// An open push/pop range on its thread.
 #[derive(Debug, Clone, Copy)]
@@ -202,6 +205,7 @@ pub fn range_push(message: &'static str, correlation_id: u64, start_ns: u64) -> 
                 correlation_id,
                 start_ns,
             });
+            OPEN_PUSH_RANGES.fetch_add(1, Ordering::Relaxed);
             s.len() - 1
         })
         .unwrap_or(0)
@@ -214,6 +218,7 @@ pub fn range_pop(thread_id: u32, end_ns: u64) -> Option<(MarkerRecord, usize)> {
         .try_with(|s| {
             let mut s = s.borrow_mut();
             let open = s.pop()?;
+            OPEN_PUSH_RANGES.fetch_sub(1, Ordering::Relaxed);
             let depth = s.len();
             Some((
                 MarkerRecord {
@@ -231,6 +236,31 @@ pub fn range_pop(thread_id: u32, end_ns: u64) -> Option<(MarkerRecord, usize)> {
         })
         .ok()
         .flatten()
+}
+
+/// Push/pop ranges pushed and not popped so far, on every thread (also
+/// threads that ended with ranges open). At exit these are the ranges that
+/// are not written: as in rocprofv3, a push/pop range is recorded at its
+/// pop.
+pub fn unpopped_ranges() -> u64 {
+    OPEN_PUSH_RANGES.load(Ordering::Relaxed)
+}
+
+/// The warning for ranges still open at exit (`None` when there are none):
+/// `unpopped` push/pop ranges ([`unpopped_ranges`]) and `unstopped`
+/// start/stop ranges (the writer's [`ProcessRanges::unfinished`]).
+pub fn unclosed_ranges_warning(unpopped: u64, unstopped: u64) -> Option<String> {
+    if unpopped == 0 && unstopped == 0 {
+        return None;
+    }
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    Some(format!(
+        "rprof: warning: {unpopped} ROCTx push/pop range{} never popped and {unstopped} start/stop range{} \
+         never stopped by the end of the process are not in the outputs (a range is recorded when it \
+         ends, as rocprofv3 does; marks and closed ranges are all there)",
+        plural(unpopped),
+        plural(unstopped),
+    ))
 }
 
 /// Push/pop ranges open on this thread.
@@ -444,6 +474,27 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn unclosed_ranges_are_counted_and_said() {
+        let before = unpopped_ranges();
+        std::thread::spawn(|| {
+            range_push("left-open", 1, 10);
+            range_push("closed", 2, 20);
+            range_pop(1, 30).unwrap();
+        })
+        .join()
+        .unwrap();
+        // Other tests push and pop concurrently: at least ours is still open.
+        assert!(unpopped_ranges() > before);
+        assert_eq!(unclosed_ranges_warning(0, 0), None);
+        assert_eq!(
+            unclosed_ranges_warning(1, 2).unwrap(),
+            "rprof: warning: 1 ROCTx push/pop range never popped and 2 start/stop ranges never \
+             stopped by the end of the process are not in the outputs (a range is recorded when it \
+             ends, as rocprofv3 does; marks and closed ranges are all there)"
+        );
     }
 
     #[test]

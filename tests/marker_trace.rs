@@ -383,6 +383,84 @@ fn kernel_rename_alone_renames_without_recording_markers() {
     assert_eq!(json["marker_api"].as_array().unwrap().len(), 0);
 }
 
+/// `marker_app unclosed`: ranges left open at exit (3 push/pop ranges, one
+/// of them on a thread that ended, and 1 start/stop range) are not in any
+/// output, as with rocprofv3 (a range is recorded when it ends), and the run
+/// says so once with the exact counts; the mark made after them is there.
+#[test]
+fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
+    let app = marker_app();
+    let b = build();
+    b.emulator();
+    let dir = fresh_dir("unclosed");
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args([
+        "--kernel-trace",
+        "--marker-trace",
+        "--output-format",
+        "pftrace,csv,json,rocpd",
+        "-o",
+        "run",
+        "-d",
+    ])
+    .arg(&dir)
+    .arg("--")
+    .arg(app)
+    .arg("unclosed");
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
+    assert!(run.stdout.contains("ROCTX_CALLS 23"), "{}", run.stdout);
+    let said: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("never popped"))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "rprof: warning: 3 ROCTx push/pop ranges never popped and 1 start/stop range never \
+          stopped by the end of the process are not in the outputs (a range is recorded when it \
+          ends, as rocprofv3 does; marks and closed ranges are all there)"
+        ],
+        "stderr:\n{}",
+        run.stderr
+    );
+    let mut expected = expected_markers();
+    expected.insert("last-mark".into(), 1);
+    let csv = run.output("_marker_api_trace.csv");
+    assert_eq!(csv_counts(&csv, "Function"), expected);
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0u64) += 1;
+    }
+    assert_eq!(by_message, expected);
+    let trace = check_pftrace(&run.output(".pftrace"));
+    let slices = slices_by_name(&trace.json);
+    for name in [
+        "thread-left-open",
+        "left-open-outer",
+        "left-open-inner",
+        "left-started",
+    ] {
+        assert_eq!(slices.get(name), None, "{name}: {slices:?}");
+    }
+    assert_eq!(slices.get("last-mark"), Some(&1), "{slices:?}");
+    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples \
+             WHERE category = 'MARKER_CORE_RANGE_API' GROUP BY 1"
+        ),
+        expected
+    );
+}
+
 /// ROCTx calls of `marker_app copies`: 18, plus the "copies" push and pop and
 /// three "copied" marks.
 const ROCTX_CALLS_COPIES: &str = "ROCTX_CALLS 23";

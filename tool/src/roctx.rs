@@ -298,6 +298,11 @@ pub unsafe extern "C" fn roctxNameOsThread(name: *const c_char) -> c_int {
     real.unwrap_or(0)
 }
 
+/// Whether ROCTx calls are recorded (`--marker-trace`).
+pub(crate) fn recording() -> bool {
+    enabled()
+}
+
 /// Why the application's ROCTx calls cannot reach this library, if they
 /// cannot: the global `roctxMarkA` is not this one (the library was not
 /// preloaded, only `dlopen`ed through `HSA_TOOLS_LIB`).
