@@ -461,6 +461,82 @@ fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
     );
 }
 
+/// rocpd code objects of a real run: one row per loaded code object, with
+/// what ROCr's loader says (URI, load base, size, delta, agent, storage);
+/// every kernel symbol points at one (none at the row for unreadable code
+/// objects); the app's five kernels share one, whose ELF size is the size
+/// its URI names.
+fn check_code_objects(db: &rusqlite::Connection) {
+    let one = |sql: &str| -> i64 {
+        db.query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    let rows = one("SELECT count(*) FROM rocpd_info_code_object");
+    assert!(rows >= 1, "code object rows: {rows}");
+    assert_eq!(
+        one("SELECT count(*) FROM code_objects"),
+        rows,
+        "rows the view drops"
+    );
+    assert_eq!(
+        one("SELECT count(*) FROM rocpd_info_code_object WHERE id = 0"),
+        0
+    );
+    assert_eq!(
+        one(
+            "SELECT count(*) FROM code_objects WHERE uri IS NULL OR load_base <= 0 \
+             OR load_size <= 0 OR storage_type IS NULL OR json_extract(extdata, '$.size') <= 0"
+        ),
+        0
+    );
+    assert_eq!(
+        one(
+            "SELECT count(*) FROM kernel_symbols WHERE code_object_id NOT IN \
+             (SELECT id FROM code_objects)"
+        ),
+        0
+    );
+    let app = "SELECT DISTINCT code_object_id FROM kernel_symbols WHERE kernel_name IN \
+               ('k_inner', 'k_outer', 'k_plain', 'k_worker', 'k_copy')";
+    assert_eq!(one(&format!("SELECT count(*) FROM ({app})")), 1);
+    assert_eq!(
+        one(&format!(
+            "SELECT count(*) FROM kernel_symbols WHERE code_object_id IN ({app})
+                      AND kernel_name IN ('k_inner', 'k_outer', 'k_plain', 'k_worker', 'k_copy')"
+        )),
+        5
+    );
+    let (uri, size, agent, storage): (String, i64, i64, String) = db
+        .query_row(
+            &format!(
+                "SELECT uri, json_extract(extdata, '$.size'), agent_abs_index, storage_type \
+                 FROM code_objects WHERE id IN ({app})"
+            ),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    eprintln!("app code object: {uri} size {size} agent {agent} {storage}");
+    assert_eq!(agent, 0, "the GPU");
+    let named: i64 = uri
+        .rsplit("size=")
+        .next()
+        .and_then(|n| n.split('&').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size in {uri}"));
+    assert_eq!(size, named, "{uri}");
+    assert!(matches!(storage.as_str(), "MEMORY" | "FILE"), "{storage}");
+    // HIP names the executable it read the code object from (at an offset);
+    // a code object it only had in memory is named after the process.
+    let pid = one("SELECT pid FROM processes");
+    let file = format!("file://{}#offset=", marker_app().display());
+    let memory = format!("memory://{pid}#offset=");
+    assert!(
+        uri.starts_with(&file) || uri.starts_with(&memory),
+        "{uri}: neither {file} nor {memory}"
+    );
+}
+
 /// ROCTx calls of `marker_app copies`: 18, plus the "copies" push and pop and
 /// three "copied" marks.
 const ROCTX_CALLS_COPIES: &str = "ROCTX_CALLS 23";
@@ -607,6 +683,7 @@ fn sys_trace_counts_copies_markers_and_kernels_exactly_in_every_format() {
     assert_eq!(facts.kernels, rows.len() as u64);
     assert_eq!(facts.top_kernels, csv_kernels, "rocpd top_kernels");
     let db = rusqlite::Connection::open(&path).unwrap();
+    check_code_objects(&db);
     let mut rocpd_copies = BTreeMap::new();
     let mut st = db
         .prepare("SELECT name, size, count(*) FROM memory_copies GROUP BY name, size")
