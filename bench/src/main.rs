@@ -19,9 +19,11 @@
 //!   several I to plot overhead against dispatch count (SVG);
 //! - the same storm with 20 µs kernels (the "realistic mix");
 //! - `hip/memcpy_mix ROUNDS` (hip-tests): copies between kernels, for the
-//!   cost of `--memory-copy-trace` and `--sys-trace`; the storm again for
-//!   `--marker-trace` (no markers: the preload and interposition cost) and
-//!   for the rocpd writer (`--output-format rocpd`).
+//!   cost of `--memory-copy-trace` and `--sys-trace`;
+//! - `roctx_storm N` (hip-tests, linked to the runtime's ROCTx library, built
+//!   where the root has one: 6.1, 6.4, 7.0) for the cost of `--marker-trace`
+//!   per marker ([`markers`]; on 5.2 the storm's preload cost instead);
+//! - the storm again for the rocpd writer (`--output-format rocpd`).
 //!
 //! Modules: [`cli`] (options, clap), [`run`] (one run under rprof, pairs of
 //! runs), [`stats`] (medians, ranges, the figures workloads print),
@@ -32,6 +34,7 @@
 //! [--reps 5] [--quick] [--svg docs/overhead.svg]`.
 
 mod cli;
+mod markers;
 mod plot;
 mod run;
 mod scale;
@@ -124,7 +127,7 @@ fn measure(o: &Options, w: &Workloads) -> Result<Report, Error> {
         sections::copies(o, w, &mut text)?;
     }
     if o.want(Section::Markers) {
-        sections::markers(o, w, &mut text)?;
+        markers::markers(o, w, &mut text)?;
     }
     if o.want(Section::Systrace) {
         sections::sys_trace(o, w, &mut text)?;

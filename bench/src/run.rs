@@ -35,6 +35,9 @@ pub struct RunResult {
     /// Rows of the memory-copy-trace CSV (runs with `--memory-copy-trace`
     /// or `--sys-trace`; 0 otherwise).
     pub copy_rows: u64,
+    /// Rows of the marker-trace CSV (runs with `--marker-trace`; 0
+    /// otherwise).
+    pub marker_rows: u64,
 }
 
 impl RunResult {
@@ -175,6 +178,7 @@ pub fn run(
         };
         r.csv_rows = rows("_kernel_trace.csv");
         r.copy_rows = rows("_memory_copy_trace.csv");
+        r.marker_rows = rows("_marker_api_trace.csv");
     }
     Ok(r)
 }

@@ -462,6 +462,7 @@ mod tests {
                     accum_vgpr_count: 4,
                     group_segment_fixed_size: 0,
                     private_segment_fixed_size: 0,
+                    code_object_id: 1,
                 }),
             };
             sink.dispatch(&r, &k).unwrap();

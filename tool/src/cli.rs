@@ -20,7 +20,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "rprof",
     args_conflicts_with_subcommands = true,
     version,
-    about = "Kernel tracer for AMD GPUs: runs an app and records every GPU kernel dispatch",
+    about = "Kernel tracer for AMD GPUs: runs an app and records its GPU kernel dispatches, memory copies and ROCTx markers",
     after_help = "Examples:\n  rprof --kernel-trace ./app            trace, write rprof-results/<host>/<pid>.pftrace and .csv\n  rprof --kernel-trace --stats -- ./app --app-flag\n  rprof --device emulated -- ./app      run on the emulated GPU, untraced\n  rprof merge a.pftrace b.pftrace -o all.pftrace\n\nOpen .pftrace files at https://ui.perfetto.dev"
 )]
 pub struct Cli {
@@ -70,7 +70,8 @@ pub struct TraceArgs {
     /// Record ROCTx marks and ranges (NAME_marker_api_trace.csv; the tool library is preloaded).
     #[arg(long)]
     pub marker_trace: bool,
-    /// Name each kernel after its innermost enclosing ROCTx push/pop range.
+    /// Name each kernel after its innermost enclosing ROCTx push/pop range
+    /// (or a ROCTx mark made since on its thread), as rocprofv3 does.
     #[arg(long)]
     pub kernel_rename: bool,
     /// Record asynchronous memory copies (hsa_amd_memory_async_copy*, as
@@ -277,7 +278,8 @@ pub fn unknown_option_message(arg: &str) -> String {
     if ROCPROFV3_UNIMPLEMENTED.contains(&name) {
         format!(
             "rprof: error: {name} is a rocprofv3 option rprof does not implement \
-             (rprof records kernel dispatches: --kernel-trace, --sys-trace, --stats, --summary; \
+             (rprof records kernels, memory copies and ROCTx markers: --kernel-trace, \
+             --memory-copy-trace, --marker-trace, --sys-trace for all three, --stats, --summary; \
              see rprof --help)"
         )
     } else {
@@ -428,6 +430,27 @@ mod tests {
         assert!(p.tracing);
         assert!(p.env.contains(&("RPROF_SYS_TRACE".into(), "1".into())));
         assert!(parse(&["rprof", "-s", "./app"]).trace.sys_trace);
+    }
+
+    /// `rprof --help` says what --sys-trace turns on (kernels, copies and
+    /// markers), not the kernel trace alone.
+    #[test]
+    fn help_says_what_sys_trace_turns_on() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let line = help
+            .split("-s, --sys-trace")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").next())
+            .expect("a --sys-trace entry");
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            line,
+            "Every trace rprof has, as rocprofv3's --sys-trace (kernels, memory copies, \
+             ROCTx markers; --rpc-trace is rprof's own diagnostic and stays separate)"
+        );
+        assert!(help.contains("kernel dispatches, memory copies and ROCTx markers"));
+        assert!(unknown_option_message("--hip-trace").contains("--sys-trace for all three"));
     }
 
     #[test]

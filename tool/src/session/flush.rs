@@ -169,6 +169,14 @@ impl Session {
     /// The records lost, and with `RPROF_VERBOSE` one summary line.
     fn summarise(&self, o: &WriterOutcome, why: &str, t0: Instant) {
         let m = &o.metadata;
+        if crate::roctx::recording() {
+            let unpopped = rprof_core::marker::unpopped_ranges();
+            if let Some(w) =
+                rprof_core::marker::unclosed_ranges_warning(unpopped, o.unfinished_ranges)
+            {
+                eprintln!("{w}");
+            }
+        }
         if m.records_lost > 0 {
             eprintln!(
                 "rprof: {} records could not be recorded (see the run metadata)",
