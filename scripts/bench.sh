@@ -6,8 +6,10 @@
 # so on 6.x pass e.g. --only storm,mix.
 # Run it on a quiet machine: it measures wall time side by side.
 # The trace-cost sections (--only copies,markers,systrace,rocpd) use hip-tests' memcpy_mix from $work/hip
-# (built below with the other hip-tests) and graph_storm.
+# (built below with the other hip-tests), graph_storm, and (markers, on 6.x and 7.0) hip-tests/roctx_storm.
 # A short check (about a minute once built): scripts/bench.sh --only storm --launches 10 --reps 1
+# Scale (not in CI, minutes per run; only when named): scripts/bench.sh --only scale [--scale-sizes 100000,1000000]
+#   uses graph_storm and hip/threads (built below with the other hip-tests).
 # `scripts/bench.sh --help` lists rprof-bench's options (crate bench/) without building the workloads.
 # rocprofv3 side by side (section peer): scripts/bench.sh --runtime 6.4 --peer-root /var/tmp/peer-roots/sid
 #   --only peer [--reps 5]. The peer root is made by ../shared/tools/peer-rocprofv3/build.sh (rocprofiler-sdk
@@ -67,6 +69,11 @@ if [ "$runtime" != 5.2 ]; then
     bash hip-tests/build.sh "$work/hip"
   cp -f "$work/hip/graph_storm" "$work/graph_storm"
   [ -z "$peer_root" ] || build_peer "$work"
+  # The marker-trace workload links to the ROCTx library the root's Debian ships (libroctx64; the 6.x and 7.0
+  # roots have it, the 5.2 host does not): bench section `markers`.
+  bash scripts/rocm-env.sh "$runtime" -- bash -c \
+    'if [ ! -f "$1" ] || [ hip-tests/roctx_storm.cpp -nt "$1" ] || [ hip-tests/common.h -nt "$1" ]; then
+       hipcc --offload-arch=gfx90a -O2 hip-tests/roctx_storm.cpp -lroctx64 -o "$1"; fi' _ "$work/roctx_storm"
   exec "$target/release/rprof-bench" --bin-dir "$target/release" --work-dir "$work" --runtime "$runtime" "$@"
 fi
 work="$target/bench"

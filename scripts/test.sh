@@ -42,7 +42,7 @@ root_ready() { # VERSION: waits for the root's build; fails with its log
 # <target>/harness/cargo; the "build" step below is for the other checks).
 E2E=(-p rprof-core --test kernel_trace --test chained_rewriter --test rocminfo --test hip_programs
      --test hip_multiprocess --test rpc_workload --test rpc_trace --test raw_hsa --test emu_hip --test security
-     --test marker_trace)
+     --test marker_trace --test processes_and_limits)
 
 run_step "format"              cargo fmt --all -- --check
 run_step "clippy"              cargo clippy --workspace --all-targets -- -D warnings
@@ -50,6 +50,7 @@ run_step "docs"                env RUSTDOCFLAGS="-D warnings" cargo doc --worksp
 run_step "build"               cargo build --workspace
 run_step "tests (ROCm 5.2)"    cargo test --workspace --no-fail-fast
 run_step "valgrind teardown (ROCm 5.2)" cargo test -p rprof-core --test kernel_trace -- --ignored teardown_races_under_valgrind_memcheck
+run_step "Open MPI mpirun (ROCm 5.2)" cargo test -p rprof-core --test processes_and_limits -- --ignored ranks_started_by_open_mpi_mpirun
 for s in scripts/check-hsa-sys-drift.sh scripts/check-perfetto-drift.sh scripts/pool-loom.sh scripts/pool-sanitizers.sh; do
   if [ -f "$s" ]; then run_step "$s" bash "$s"; fi
 done

@@ -11,6 +11,14 @@
 //! It must not touch the runtime: the tool finds the code object's bytes (through
 //! ROCr's loader extension) and hands them here, so tests feed it compiled files.
 //! Nothing here runs on the dispatch path; it runs once per loaded code object.
+//!
+//! It also keeps the process's register of loaded code objects
+//! ([`register_loaded`], [`loaded`]): what the loader said about each (URI,
+//! load base, size and delta, agent, storage), numbered from 1, so that the
+//! rocpd output writes one `rocpd_info_code_object` row per loaded code object
+//! and its kernel symbols point at theirs. The register is appended to when
+//! an executable is frozen and read when a kernel is first written; never on
+//! a dispatch path.
 
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
@@ -18,6 +26,52 @@ use object::Endianness;
 
 /// Note type of the MessagePack metadata in an `AMDGPU` note (code object v3+).
 const NT_AMDGPU_METADATA: elf::NoteType = elf::NoteType(32);
+
+/// One code object loaded into an executable, as ROCr's loader extension
+/// describes it (`hsa_ven_amd_loader_loaded_code_object_get_info`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoadedCodeObject {
+    /// Per-process id, from 1 in load order ([`register_loaded`] sets it).
+    pub id: u64,
+    /// `hsa_agent_t` handle of the agent it was loaded for.
+    pub agent_handle: u64,
+    /// ROCr's URI (`file://PATH#offset=N&size=M` or
+    /// `memory://PID#offset=0xADDR&size=N`); empty if the loader gives none.
+    pub uri: String,
+    /// Where its segments were loaded on the device.
+    pub load_base: u64,
+    /// Bytes loaded.
+    pub load_size: u64,
+    /// Load address minus the ELF's own base address.
+    pub load_delta: i64,
+    /// Stored in host memory the app gave (`MEMORY`) rather than a file.
+    pub in_memory: bool,
+    /// Bytes of the ELF image (the memory's size, or the file's).
+    pub size: u64,
+}
+
+static LOADED: std::sync::Mutex<Vec<LoadedCodeObject>> = std::sync::Mutex::new(Vec::new());
+
+/// Adds a loaded code object to the process's register; returns its id (1,
+/// 2, ... in call order). `object.id` is ignored.
+pub fn register_loaded(mut object: LoadedCodeObject) -> u64 {
+    let mut all = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    object.id = all.len() as u64 + 1;
+    let id = object.id;
+    all.push(object);
+    id
+}
+
+/// The registered code object `id`, if there is one.
+pub fn loaded(id: u64) -> Option<LoadedCodeObject> {
+    let all = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    id.checked_sub(1).and_then(|i| all.get(i as usize)).cloned()
+}
+
+/// How many code objects are registered (their ids are 1..=this).
+pub fn loaded_count() -> u64 {
+    LOADED.lock().unwrap_or_else(|p| p.into_inner()).len() as u64
+}
 
 /// What the compiler recorded for one kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -144,6 +198,32 @@ fn kernel_entry(kernel: &rmpv::Value) -> Result<KernelResources, CodeObjectError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loaded_code_objects_are_numbered_from_one_and_found_again() {
+        let a = register_loaded(LoadedCodeObject {
+            id: 99,
+            uri: "file:///x#offset=0&size=8".into(),
+            load_size: 8,
+            ..Default::default()
+        });
+        let b = register_loaded(LoadedCodeObject {
+            uri: "memory://1#offset=0x10&size=4".into(),
+            in_memory: true,
+            ..Default::default()
+        });
+        assert!(a >= 1);
+        assert!(b > a);
+        let got = loaded(a).unwrap();
+        assert_eq!(
+            (got.id, got.uri.as_str(), got.load_size),
+            (a, "file:///x#offset=0&size=8", 8)
+        );
+        assert!(loaded(b).unwrap().in_memory);
+        assert_eq!(loaded(0), None);
+        assert!(loaded_count() >= b);
+        assert_eq!(loaded(u64::MAX), None);
+    }
     use std::path::Path;
     use std::process::Command;
 

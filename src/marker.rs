@@ -22,10 +22,15 @@
 //! when it starts ([`drain_early`]).
 //!
 //! `--kernel-rename`: when on ([`set_kernel_rename`]), the engine's
-//! interceptor asks [`current_region`] for the innermost open push/pop range
-//! of the dispatching thread and hands a [`KernelRegionRecord`] to the writer
+//! interceptor asks [`current_region`] for the top of the dispatching
+//! thread's rename stack and hands a [`KernelRegionRecord`] to the writer
 //! with the batch; the writer names those dispatches after it in every
-//! output.
+//! output. The rename stack follows rocprofv3's exactly (rocprofiler-sdk
+//! 1.0.0, `kernel_rename_callback` in `rocprofiler-sdk-tool/tool.cpp`):
+//! [`rename_mark`] pushes a mark's text (never popped by itself),
+//! [`rename_push`] a push/pop range's text, [`rename_pop`] (a pop that
+//! closed a range) drops the top, whatever it is; NULL texts are not pushed;
+//! start/stop ranges take no part.
 //!
 //! Owns the marker records and their per-thread state; must not call the
 //! runtime or know about ROCTx's ABI (the tool does).
@@ -146,6 +151,9 @@ pub const MESSAGE_TABLE_FULL: &str = "<rprof: ROCTx message table full>";
 static MESSAGE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static NEXT_MARKER: AtomicU64 = AtomicU64::new(1);
 static KERNEL_RENAME: AtomicBool = AtomicBool::new(false);
+/// Push/pop ranges pushed and not popped, on every thread (one atomic add per
+/// push and pop; no lock).
+static OPEN_PUSH_RANGES: AtomicU64 = AtomicU64::new(0);
 
 /// An open push/pop range on its thread.
 #[derive(Debug, Clone, Copy)]
@@ -158,6 +166,7 @@ struct Open {
 thread_local! {
     static MESSAGES: RefCell<HashMap<&'static str, ()>> = RefCell::new(HashMap::new());
     static STACK: RefCell<Vec<Open>> = const { RefCell::new(Vec::new()) };
+    static RENAME: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The text as a `&'static str`: the same pointer for the same text on one
@@ -196,6 +205,7 @@ pub fn range_push(message: &'static str, correlation_id: u64, start_ns: u64) -> 
                 correlation_id,
                 start_ns,
             });
+            OPEN_PUSH_RANGES.fetch_add(1, Ordering::Relaxed);
             s.len() - 1
         })
         .unwrap_or(0)
@@ -208,6 +218,7 @@ pub fn range_pop(thread_id: u32, end_ns: u64) -> Option<(MarkerRecord, usize)> {
         .try_with(|s| {
             let mut s = s.borrow_mut();
             let open = s.pop()?;
+            OPEN_PUSH_RANGES.fetch_sub(1, Ordering::Relaxed);
             let depth = s.len();
             Some((
                 MarkerRecord {
@@ -227,6 +238,31 @@ pub fn range_pop(thread_id: u32, end_ns: u64) -> Option<(MarkerRecord, usize)> {
         .flatten()
 }
 
+/// Push/pop ranges pushed and not popped so far, on every thread (also
+/// threads that ended with ranges open). At exit these are the ranges that
+/// are not written: as in rocprofv3, a push/pop range is recorded at its
+/// pop.
+pub fn unpopped_ranges() -> u64 {
+    OPEN_PUSH_RANGES.load(Ordering::Relaxed)
+}
+
+/// The warning for ranges still open at exit (`None` when there are none):
+/// `unpopped` push/pop ranges ([`unpopped_ranges`]) and `unstopped`
+/// start/stop ranges (the writer's [`ProcessRanges::unfinished`]).
+pub fn unclosed_ranges_warning(unpopped: u64, unstopped: u64) -> Option<String> {
+    if unpopped == 0 && unstopped == 0 {
+        return None;
+    }
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    Some(format!(
+        "rprof: warning: {unpopped} ROCTx push/pop range{} never popped and {unstopped} start/stop range{} \
+         never stopped by the end of the process are not in the outputs (a range is recorded when it \
+         ends, as rocprofv3 does; marks and closed ranges are all there)",
+        plural(unpopped),
+        plural(unstopped),
+    ))
+}
+
 /// Push/pop ranges open on this thread.
 pub fn open_ranges() -> usize {
     STACK.try_with(|s| s.borrow().len()).unwrap_or(0)
@@ -237,15 +273,42 @@ pub fn set_kernel_rename(on: bool) {
     KERNEL_RENAME.store(on, Ordering::Release);
 }
 
-/// With `--kernel-rename` on: the innermost open push/pop range of the
-/// calling thread (what its kernels are named after). `None` when off.
+/// `--kernel-rename`, `roctxMarkA` on this thread (after the call, as
+/// rocprofv3 at the mark's exit): the text is pushed on the rename stack and
+/// names the thread's next kernels until a push covers it or a pop drops it
+/// (rocprofv3 never pops a mark by itself). `None` (a NULL text) pushes
+/// nothing.
+pub fn rename_mark(text: Option<&'static str>) {
+    rename_push(text);
+}
+
+/// `--kernel-rename`, `roctxRangePushA` on this thread: the range's text goes
+/// on the rename stack; `None` (NULL) pushes nothing, as in rocprofv3 (whose
+/// matching pop then drops whatever is on top).
+pub fn rename_push(text: Option<&'static str>) {
+    if let Some(t) = text {
+        let _ = RENAME.try_with(|s| s.borrow_mut().push(t));
+    }
+}
+
+/// `--kernel-rename`, a `roctxRangePop` that closed a push/pop range on this
+/// thread: the top of the rename stack goes, be it the range's text or a mark
+/// made inside it (as in rocprofv3). A pop with no range open does not come
+/// here (rocprofv3 sees no range end then).
+pub fn rename_pop() {
+    let _ = RENAME.try_with(|s| s.borrow_mut().pop());
+}
+
+/// With `--kernel-rename` on: the top of the calling thread's rename stack
+/// (what its kernels are named after: the innermost push/pop range, or a
+/// mark made since). `None` when off or empty.
 #[inline]
 pub fn current_region() -> Option<&'static str> {
     if !KERNEL_RENAME.load(Ordering::Relaxed) {
         return None;
     }
-    STACK
-        .try_with(|s| s.borrow().last().map(|o| o.message))
+    RENAME
+        .try_with(|s| s.borrow().last().copied())
         .ok()
         .flatten()
 }
@@ -356,14 +419,43 @@ mod tests {
         assert_eq!(intern(b"x\xffy"), "x\u{fffd}y");
     }
 
+    /// rocprofv3's rename stack (run inside the test above: the switch is
+    /// process-wide): a mark names the next kernels until a push covers it
+    /// or a pop drops it; a pop drops the top whatever it is (so a mark made
+    /// inside a range is dropped by the range's pop, and the range stays on
+    /// top); a NULL text pushes nothing.
+    fn the_rename_stack_is_rocprofv3s() {
+        assert_eq!(current_region(), None);
+        rename_mark(Some("m1"));
+        assert_eq!(current_region(), Some("m1"));
+        rename_push(Some("r"));
+        assert_eq!(current_region(), Some("r"));
+        rename_mark(Some("in-r"));
+        assert_eq!(current_region(), Some("in-r"));
+        rename_pop();
+        assert_eq!(current_region(), Some("r"));
+        rename_push(None);
+        rename_mark(None);
+        assert_eq!(current_region(), Some("r"));
+        rename_pop();
+        assert_eq!(current_region(), Some("m1"));
+        rename_pop();
+        assert_eq!(current_region(), None);
+        rename_pop();
+        assert_eq!(current_region(), None);
+    }
+
     #[test]
     fn push_pop_nest_and_report_levels() {
         std::thread::spawn(|| {
             assert_eq!(range_push("outer", 1, 10), 0);
+            rename_push(Some("outer"));
             assert_eq!(range_push("inner", 2, 20), 1);
+            rename_push(Some("inner"));
             set_kernel_rename(true);
             assert_eq!(current_region(), Some("inner"));
             let (inner, level) = range_pop(7, 30).unwrap();
+            rename_pop();
             assert_eq!(level, 1);
             assert_eq!(
                 (inner.message, inner.depth, inner.start_ns, inner.end_ns),
@@ -371,13 +463,38 @@ mod tests {
             );
             assert_eq!(current_region(), Some("outer"));
             let (outer, level) = range_pop(7, 40).unwrap();
+            rename_pop();
             assert_eq!((outer.message, outer.depth, level), ("outer", 0, 0));
             assert!(range_pop(7, 50).is_none());
             assert_eq!(current_region(), None);
+            the_rename_stack_is_rocprofv3s();
             set_kernel_rename(false);
+            rename_mark(Some("off"));
+            assert_eq!(current_region(), None);
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn unclosed_ranges_are_counted_and_said() {
+        let before = unpopped_ranges();
+        std::thread::spawn(|| {
+            range_push("left-open", 1, 10);
+            range_push("closed", 2, 20);
+            range_pop(1, 30).unwrap();
+        })
+        .join()
+        .unwrap();
+        // Other tests push and pop concurrently: at least ours is still open.
+        assert!(unpopped_ranges() > before);
+        assert_eq!(unclosed_ranges_warning(0, 0), None);
+        assert_eq!(
+            unclosed_ranges_warning(1, 2).unwrap(),
+            "rprof: warning: 1 ROCTx push/pop range never popped and 2 start/stop ranges never \
+             stopped by the end of the process are not in the outputs (a range is recorded when it \
+             ends, as rocprofv3 does; marks and closed ranges are all there)"
+        );
     }
 
     #[test]

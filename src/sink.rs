@@ -52,6 +52,9 @@ pub struct KernelResourceCounts {
     pub group_segment_fixed_size: u32,
     /// Static scratch per work-item in bytes (`.private_segment_fixed_size`).
     pub private_segment_fixed_size: u32,
+    /// The loaded code object holding the kernel
+    /// ([`crate::code_object::loaded`]; 0 = unknown).
+    pub code_object_id: u64,
 }
 
 /// The LDS allocation granule rocprofv3 rounds `LDS_Block_Size` up to (bytes).

@@ -442,3 +442,24 @@ fn truncated_names_count_exactly_in_every_output() {
     );
     check_rocpd_against_csv(&run.dir.join("t_results.db"), &rows);
 }
+
+/// The scale benchmark's second shape at CI size (`rprof-bench --only scale`
+/// runs it with ten million dispatches): 8 host threads, each with its own
+/// stream, over HIP's default 4 hardware queues, 500 launches each plus
+/// ticks. Every output has exactly the program's dispatches per kernel
+/// (check_outputs, the Perfetto checker included), on exactly 4 queues.
+#[test]
+fn eight_threads_on_four_queues() {
+    let label = "threads_8x4";
+    let prog = hip_program("threads");
+    let run = run_traced(label, &["-o", label], &prog, &["8", "500"], &[]);
+    run.assert_success();
+    let report = single_report(&run);
+    let f = check_outputs(&run.dir, label, &report);
+    summary(label, &run, &f);
+    assert_eq!(report.total, 8 * (500 + 125));
+    assert_eq!(f.program_dispatches(), 5000);
+    let queues: std::collections::BTreeSet<u64> =
+        f.program_rows().iter().map(|r| r.queue_id).collect();
+    assert_eq!(queues.len(), 4, "queues {queues:?}");
+}

@@ -1424,3 +1424,152 @@ fn wrapped_apps_get_their_own_outputs(which: &str) {
         }
     }
 }
+
+/// `--pftrace-split-seconds`: the Perfetto trace as `run.pftrace`,
+/// `run_part1.pftrace`, ... Each part is a whole trace on its own (the
+/// checker reads it alone: its own process track, clock, interned names),
+/// every dispatch is in exactly one part (kernel slices per name summed over
+/// the parts are the CSV's and the program's counts), the parts are numbered
+/// without a gap and the command names every one of them.
+#[test]
+fn a_split_trace_holds_every_dispatch_once_in_parts_valid_alone() {
+    use harness::trace_app::run_rprof_raw;
+    let run = run_rprof_raw(
+        "split-trace",
+        &["--kernel-trace", "--pftrace-split-seconds", "0.05"],
+        &["threads", "3", "600"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (launched, total) = run.launched();
+    assert_eq!(total, 1800);
+    let rows = read_csv(&run.output("_kernel_trace.csv"));
+    assert_eq!(rows.len(), 1800);
+    let mut parts = vec![run.output(".pftrace")];
+    while run
+        .output(&format!("_part{}.pftrace", parts.len()))
+        .exists()
+    {
+        parts.push(run.output(&format!("_part{}.pftrace", parts.len())));
+    }
+    let files = output_files(&run.dir);
+    let pftraces: Vec<&String> = files.iter().filter(|f| f.ends_with(".pftrace")).collect();
+    assert_eq!(
+        pftraces.len(),
+        parts.len(),
+        "numbered without a gap: {files:?}"
+    );
+    assert!(
+        parts.len() >= 2,
+        "a run of {:?} in 50 ms parts made {} part(s)",
+        run.elapsed,
+        parts.len()
+    );
+    let written = reported_written(&run);
+    let mut per_name: BTreeMap<String, u64> = BTreeMap::new();
+    let mut pid = None;
+    for part in &parts {
+        assert!(
+            written.contains(&part.display().to_string()),
+            "{} not reported: {written:?}",
+            part.display()
+        );
+        let p = check_pftrace(part);
+        assert_eq!(
+            p.process_pids.len(),
+            1,
+            "{}: its own process track",
+            part.display()
+        );
+        assert_eq!(pid.get_or_insert(p.process_pids.clone()), &p.process_pids);
+        assert_eq!(p.bad_durations, 0);
+        for (name, n) in &p.kernel_slices {
+            *per_name.entry(name.clone()).or_default() += n;
+        }
+        // Its own kernel table: one `kernel symbol` per kernel it shows.
+        assert_eq!(
+            p.slices_by_name.get("kernel symbol").copied().unwrap_or(0),
+            p.kernel_slices.len() as u64,
+            "{}",
+            part.display()
+        );
+        let counts = rprof_perfetto::count_slices(std::fs::File::open(part).unwrap()).unwrap();
+        assert_eq!(
+            counts.instants.get("rprof run"),
+            Some(&1),
+            "{}",
+            part.display()
+        );
+    }
+    let launched: BTreeMap<String, u64> = launched.into_iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(per_name, launched, "kernel slices over all parts");
+}
+
+/// Summary-only runs: `--summary --output-format none` prints the
+/// per-kernel summary with exact calls and writes no file at all;
+/// `--stats --output-format none` writes only NAME_kernel_stats.csv; `none`
+/// without either is refused with one message, and the app runs untraced.
+#[test]
+fn the_summary_alone_writes_no_trace_file() {
+    use harness::trace_app::run_rprof_raw;
+    let calls_in_table = |stderr: &str, name: &str| -> Option<u64> {
+        stderr.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name)).then(|| w.next()?.parse().ok())?
+        })
+    };
+    let run = run_rprof_raw(
+        "summary-only",
+        &["--summary", "--output-format", "none"],
+        &["threads", "3", "25"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (launched, total) = run.launched();
+    assert_eq!(total, 75);
+    assert!(
+        run.stderr.contains("rprof kernel statistics"),
+        "{}",
+        run.stderr
+    );
+    for (name, n) in launched.iter().filter(|(_, n)| **n > 0) {
+        assert_eq!(
+            calls_in_table(&run.stderr, name),
+            Some(*n),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+    assert_eq!(output_files(&run.dir), Vec::<String>::new());
+    for word in ["rprof: wrote", "no trace was written", "incomplete"] {
+        assert!(!run.stderr.contains(word), "{word}: {}", run.stderr);
+    }
+
+    let run = run_rprof_raw(
+        "stats-only",
+        &["--stats", "--output-format", "none"],
+        &["threads", "3", "25"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(output_files(&run.dir), ["run_kernel_stats.csv"]);
+    let stats = std::fs::read_to_string(run.output("_kernel_stats.csv")).unwrap();
+    for (name, n) in launched.iter().filter(|(_, n)| **n > 0) {
+        let row = stats
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{name}\",")))
+            .unwrap_or_else(|| panic!("{name} missing: {stats}"));
+        assert_eq!(row.split(',').nth(1), Some(&*format!("{n}")), "{row}");
+    }
+
+    let run = run_rprof_raw(
+        "none-alone",
+        &["--kernel-trace", "--output-format", "none"],
+        &["threads", "2", "10"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.launched().1, 20);
+    assert!(
+        run.stderr.contains("RPROF_OUTPUT_FORMAT") && run.stderr.contains("--summary"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(output_files(&run.dir), Vec::<String>::new());
+}

@@ -9,13 +9,12 @@ use harness::emu::{code_object, hsa_raw, run, run_command};
 use harness::{run_with_timeout, Runtime};
 
 /// Live events once 5000 signals exist (docs/emulated-gpu.md): on ROCr 5.2.3 all 4096 signal events plus the
-/// runtime's VM-fault memory event; on 6.1.2 also its HW_EXCEPTION event; on 6.4.3 and 7.0 (KFD front-end) 4095
-/// signal events plus the memory and HW_EXCEPTION events.
+/// runtime's VM-fault memory event; on 6.1.2 also its HW_EXCEPTION event; on 6.4.3 and 7.0 (KFD front-end) as well
+/// (all 4096 signal events, as KFD allows, plus the memory and HW_EXCEPTION events).
 fn live_events_with_5000_signals() -> i64 {
     match Runtime::selected() {
         Runtime::Rocm52 => 4097,
-        Runtime::Rocm61 => 4098,
-        Runtime::Rocm64 | Runtime::Rocm70 => 4097,
+        Runtime::Rocm61 | Runtime::Rocm64 | Runtime::Rocm70 => 4098,
     }
 }
 

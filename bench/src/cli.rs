@@ -38,6 +38,10 @@ pub struct Options {
     /// `scripts/rocm-env.sh VERSION --`; 5.2 runs on the host.
     #[arg(long, value_name = "5.2|6.1|6.4", value_parser = runtime)]
     pub runtime: Option<Runtime>,
+    /// Dispatches per run of the `scale` section; 100000,1000000,10000000
+    /// if not given.
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    pub scale_sizes: Vec<u64>,
     /// The rocprofv3 peer root (`../shared/tools/peer-rocprofv3/build.sh`,
     /// e.g. /var/tmp/peer-roots/sid) for section `peer`.
     #[arg(long, value_name = "DIR")]
@@ -70,6 +74,9 @@ pub enum Section {
     Systrace,
     /// The cost of the rocpd writer (--output-format rocpd on the storm).
     Rocpd,
+    /// Millions of dispatches: exact counts, memory, records lost (only
+    /// when named in --only: minutes per run).
+    Scale,
     /// rocprofv3 beside rprof in the peer root (--peer-root; not in the
     /// default set).
     Peer,
@@ -92,10 +99,16 @@ fn key_value(kv: &str) -> Result<(String, String), String> {
 }
 
 impl Options {
-    /// Whether `section` runs.
+    /// Whether `section` runs. `scale` runs only when named; `peer` when
+    /// named or when --peer-root is given.
     pub fn want(&self, section: Section) -> bool {
-        (self.only.is_empty() && (section != Section::Peer || self.peer_root.is_some()))
-            || self.only.contains(&section)
+        match section {
+            Section::Scale => self.only.contains(&section),
+            Section::Peer => {
+                self.only.contains(&section) || (self.only.is_empty() && self.peer_root.is_some())
+            }
+            _ => self.only.is_empty() || self.only.contains(&section),
+        }
     }
 
     /// The runtime's root to run in, `None` for the host's 5.2.
@@ -122,7 +135,11 @@ mod tests {
         assert_eq!(o.work_dir, PathBuf::from("target/bench"));
         assert_eq!(o.reps, 5);
         assert!(!o.quick && o.svg.is_none() && o.extra.is_empty() && o.root().is_none());
-        assert!(o.want(Section::Rpc));
+        assert!(o.want(Section::Rpc) && !o.want(Section::Scale));
+        assert!(o.scale_sizes.is_empty());
+        let s = parse(&["--only", "scale", "--scale-sizes", "1000,20000"]).unwrap();
+        assert!(s.want(Section::Scale) && !s.want(Section::Storm));
+        assert_eq!(s.scale_sizes, [1000, 20000]);
         let o = parse(&[
             "--bin-dir",
             "b",

@@ -1,8 +1,9 @@
 //! `rprof-bench`: tracing overhead measured side by side, in one run.
 //!
 //! Owns the benchmark's command line, its runs and its report; it must not
-//! link rprof itself (it runs the `rprof` binary, like a user) nor build the
-//! workloads (`scripts/bench.sh` does).
+//! link rprof itself (it runs the `rprof` binary, like a user; it reads traces
+//! with `rprof-perfetto`'s streaming counter) nor build the workloads
+//! (`scripts/bench.sh` does).
 //!
 //! Every measurement alternates the untraced run (`rprof --device emulated`,
 //! same GPU, same runtime, no tool library) and the traced run
@@ -18,25 +19,30 @@
 //!   several I to plot overhead against dispatch count (SVG);
 //! - the same storm with 20 µs kernels (the "realistic mix");
 //! - `hip/memcpy_mix ROUNDS` (hip-tests): copies between kernels, for the
-//!   cost of `--memory-copy-trace` and `--sys-trace`; the storm again for
-//!   `--marker-trace` (no markers: the preload and interposition cost) and
-//!   for the rocpd writer (`--output-format rocpd`);
+//!   cost of `--memory-copy-trace` and `--sys-trace`;
+//! - `roctx_storm N` (hip-tests, linked to the runtime's ROCTx library, built
+//!   where the root has one: 6.1, 6.4, 7.0) for the cost of `--marker-trace`
+//!   per marker ([`markers`]; on 5.2 the storm's preload cost instead);
+//! - the storm again for the rocpd writer (`--output-format rocpd`);
 //! - section `peer` ([`peer`]): AMD's `rocprofv3 --kernel-trace` beside
-//!   `rprof --kernel-trace` on the storm and the mix, both in the rocprofv3
-//!   root `--peer-root` names (ROCr 6.4.3), against the untraced app.
+//!   `rprof --kernel-trace` on the storm and the mix (and the copy trace on
+//!   memcpy_mix), all in the rocprofv3 root `--peer-root` names (ROCr 6.4.3).
 //!
 //! Modules: [`cli`] (options, clap), [`run`] (one run under rprof, pairs of
 //! runs), [`stats`] (medians, ranges, the figures workloads print),
-//! [`sections`] (one function per report section), [`peer`] (rocprofv3
-//! beside rprof in the peer root), [`plot`] (the SVG).
+//! [`sections`] (one function per report section), [`scale`] (millions of
+//! dispatches, only with `--only scale`), [`peer`] (rocprofv3 beside rprof
+//! in the peer root), [`plot`] (the SVG).
 //!
 //! Usage: `rprof-bench --bin-dir target/release --work-dir target/bench
 //! [--reps 5] [--quick] [--svg docs/overhead.svg]`.
 
 mod cli;
+mod markers;
 mod peer;
 mod plot;
 mod run;
+mod scale;
 mod sections;
 mod stats;
 
@@ -126,13 +132,16 @@ fn measure(o: &Options, w: &Workloads) -> Result<Report, Error> {
         sections::copies(o, w, &mut text)?;
     }
     if o.want(Section::Markers) {
-        sections::markers(o, w, &mut text)?;
+        markers::markers(o, w, &mut text)?;
     }
     if o.want(Section::Systrace) {
         sections::sys_trace(o, w, &mut text)?;
     }
     if o.want(Section::Rocpd) {
         sections::rocpd(o, w, &mut text)?;
+    }
+    if o.want(Section::Scale) {
+        scale::scale(o, w, &mut text)?;
     }
     if o.want(Section::Peer) {
         peer::peer(o, &mut text)?;

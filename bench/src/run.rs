@@ -26,6 +26,8 @@ pub struct RunResult {
     pub cpu_s: f64,
     /// `key=value` lines the workload printed.
     pub values: HashMap<String, String>,
+    /// Everything the workload printed on stdout.
+    pub stdout: String,
     /// Size of the Perfetto trace (traced runs).
     pub trace_bytes: u64,
     /// Rows of the kernel-trace CSV (traced runs).
@@ -33,6 +35,9 @@ pub struct RunResult {
     /// Rows of the memory-copy-trace CSV (runs with `--memory-copy-trace`
     /// or `--sys-trace`; 0 otherwise).
     pub copy_rows: u64,
+    /// Rows of the marker-trace CSV (runs with `--marker-trace`; 0
+    /// otherwise).
+    pub marker_rows: u64,
 }
 
 impl RunResult {
@@ -154,6 +159,7 @@ pub fn run(
             r.values.insert(k.trim().to_string(), v.trim().to_string());
         }
     }
+    r.stdout = stdout;
     if traced {
         r.trace_bytes = std::fs::metadata(out_dir.join(format!("{tag}.pftrace")))
             .map(|m| m.len())
@@ -172,6 +178,7 @@ pub fn run(
         };
         r.csv_rows = rows("_kernel_trace.csv");
         r.copy_rows = rows("_memory_copy_trace.csv");
+        r.marker_rows = rows("_marker_api_trace.csv");
     }
     Ok(r)
 }

@@ -22,6 +22,9 @@ pub struct Workloads {
     pub rpc: Option<String>,
     /// `hip/memcpy_mix` (hip-tests).
     pub memcpy: String,
+    /// `roctx_storm` (hip-tests, linked to the runtime's ROCTx library), if
+    /// built (runtimes whose root has ROCTx).
+    pub roctx: Option<String>,
 }
 
 fn arg(path: &Path) -> Result<String, Error> {
@@ -43,6 +46,7 @@ impl Workloads {
         let storm = work.join("graph_storm");
         let rpc = work.join("rpc-doorbell");
         let memcpy = work.join("hip").join("memcpy_mix");
+        let roctx = work.join("roctx_storm");
         let raw_hsa =
             o.want(Section::Host) || o.want(Section::Roundtrip) || o.want(Section::Memory);
         let mut needed = if raw_hsa {
@@ -65,6 +69,11 @@ impl Workloads {
             storm: arg(&storm)?,
             rpc: if rpc.exists() { Some(arg(&rpc)?) } else { None },
             memcpy: arg(&memcpy)?,
+            roctx: if roctx.exists() {
+                Some(arg(&roctx)?)
+            } else {
+                None
+            },
         })
     }
 }

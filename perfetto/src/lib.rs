@@ -90,7 +90,7 @@ pub mod merge;
 mod read;
 mod writer;
 
-pub use read::decode_trace;
+pub use read::{count_slices, decode_trace, SliceCounts};
 
 /// The `prost` the [`protos`] types are built with: decode a trace with
 /// `protos::Trace::decode` after `use rprof_perfetto::prost::Message`

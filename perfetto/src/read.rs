@@ -161,3 +161,175 @@ fn decode_into(
         Ok(())
     })
 }
+
+/// What [`count_slices`] found in a trace: slices (BEGIN events) and
+/// instants by their event name, resolved through each sequence's interned
+/// names, plus how many packets the trace holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceCounts {
+    /// Slices per name (`TYPE_SLICE_BEGIN` events).
+    pub slices: std::collections::BTreeMap<String, u64>,
+    /// Instants per name (`TYPE_INSTANT` events).
+    pub instants: std::collections::BTreeMap<String, u64>,
+    /// Track events whose name could not be resolved (an interned id the
+    /// sequence never defined): 0 in a valid trace.
+    pub unnamed: u64,
+    /// Packets, with the packets inside `compressed_packets` bundles counted
+    /// one by one (the bundles themselves not).
+    pub packets: u64,
+    /// Track descriptors.
+    pub track_descriptors: u64,
+}
+
+impl SliceCounts {
+    /// All slices.
+    pub fn total_slices(&self) -> u64 {
+        self.slices.values().sum()
+    }
+}
+
+/// Counts a trace's slices and instants per name while reading it once from
+/// `r`, one packet at a time: memory is bounded by the interned names, not
+/// by the size of the trace (a ten-million-dispatch trace is counted in a
+/// few MiB). Reads what [`crate::TraceWriter`] writes with any options,
+/// [`crate::merge`]'s output included (several sequences, each with its own
+/// interned names, reset where a packet clears the incremental state).
+pub fn count_slices(r: impl Read) -> io::Result<SliceCounts> {
+    let mut r = io::BufReader::with_capacity(1 << 16, r);
+    let mut counts = SliceCounts::default();
+    let mut names: HashMap<u32, HashMap<u64, String>> = HashMap::new();
+    let mut packet = Vec::new();
+    loop {
+        let mut tag = [0u8; 1];
+        match r.read(&mut tag)? {
+            0 => break,
+            _ if tag[0] != 0x0a => return Err(bad("not a Trace: unexpected top-level field")),
+            _ => {}
+        }
+        let mut len = 0u64;
+        for shift in (0..64).step_by(7) {
+            let mut b = [0u8; 1];
+            r.read_exact(&mut b)?;
+            len |= u64::from(b[0] & 0x7f) << shift;
+            if b[0] & 0x80 == 0 {
+                break;
+            }
+        }
+        packet.resize(len as usize, 0);
+        r.read_exact(&mut packet)?;
+        count_packet(&packet, &mut counts, &mut names)?;
+    }
+    Ok(counts)
+}
+
+/// One packet (or bundle) of [`count_slices`].
+fn count_packet(
+    raw: &[u8],
+    counts: &mut SliceCounts,
+    names: &mut HashMap<u32, HashMap<u64, String>>,
+) -> io::Result<()> {
+    let mut compressed = None;
+    fields(raw, |f, w, _, b| {
+        if f == COMPRESSED_PACKETS && w == 2 {
+            compressed = Some(b.to_vec());
+        }
+        Ok(())
+    })?;
+    if let Some(z) = compressed {
+        let mut inner = Vec::new();
+        ZlibDecoder::new(&z[..]).read_to_end(&mut inner)?;
+        return fields(&inner, |f, w, _, b| {
+            if f != 1 || w != 2 {
+                return Err(bad("bundle: unexpected field"));
+            }
+            count_packet(b, counts, names)
+        });
+    }
+    use crate::protos::trace_packet::Data;
+    use crate::protos::track_event::{NameField, Type};
+    counts.packets += 1;
+    let p = TracePacket::decode(raw).map_err(io::Error::other)?;
+    let seq = names
+        .entry(p.trusted_packet_sequence_id.unwrap_or(0))
+        .or_default();
+    if p.sequence_flags.unwrap_or(0) & 1 != 0 {
+        seq.clear();
+    }
+    if let Some(interned) = &p.interned_data {
+        for n in &interned.event_names {
+            if let (Some(iid), Some(name)) = (n.iid, &n.name) {
+                seq.insert(iid, name.clone());
+            }
+        }
+    }
+    match &p.data {
+        Some(Data::TrackDescriptor(_)) => counts.track_descriptors += 1,
+        Some(Data::TrackEvent(e)) => {
+            let map = match e.r#type {
+                Some(t) if t == Type::SliceBegin as i32 => &mut counts.slices,
+                Some(t) if t == Type::Instant as i32 => &mut counts.instants,
+                _ => return Ok(()),
+            };
+            let name = match &e.name_field {
+                Some(NameField::NameIid(iid)) => seq.get(iid).cloned(),
+                Some(NameField::Name(n)) => Some(n.clone()),
+                None => None,
+            };
+            match name {
+                Some(n) => *map.entry(n).or_insert(0) += 1,
+                None => counts.unnamed += 1,
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClockReadings, CustomTrack, Slice, TraceWriter, WriterOptions};
+
+    fn trace(options: WriterOptions, slices: u64) -> Vec<u8> {
+        let mut w = TraceWriter::with_options(Vec::new(), options);
+        w.write_clock_snapshot(&ClockReadings {
+            boottime_ns: 1_000,
+            monotonic_ns: 900,
+            realtime_ns: 5_000,
+        })
+        .unwrap();
+        w.write_custom_track(&CustomTrack::new(10, "queue 1"))
+            .unwrap();
+        let a = w.intern_event_name("kernel_a");
+        let b = w.intern_event_name("kernel_b");
+        let mark = w.intern_event_name("mark");
+        for i in 0..slices {
+            let name = if i % 3 == 0 { b } else { a };
+            w.write_slice(&Slice::new(10, 2_000 + 10 * i, 2_005 + 10 * i, name))
+                .unwrap();
+        }
+        w.write_instant(10, 1_500, mark, &[]).unwrap();
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn counts_every_slice_by_name_in_either_encoding() {
+        for options in [WriterOptions::default(), WriterOptions::plain()] {
+            // Enough slices for several compressed bundles.
+            let bytes = trace(options, 100_000);
+            let c = count_slices(&bytes[..]).unwrap();
+            assert_eq!(c.slices.get("kernel_a"), Some(&66_666));
+            assert_eq!(c.slices.get("kernel_b"), Some(&33_334));
+            assert_eq!(c.total_slices(), 100_000);
+            assert_eq!(c.instants.get("mark"), Some(&1));
+            assert_eq!((c.unnamed, c.track_descriptors), (0, 1));
+            assert_eq!(c.packets, decode_trace(&bytes).unwrap().packet.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_truncated_trace_is_an_error() {
+        let bytes = trace(WriterOptions::plain(), 10);
+        assert!(count_slices(&bytes[..bytes.len() - 3]).is_err());
+    }
+}

@@ -1,9 +1,10 @@
 //! [`TraceWriter`]: one packet at a time into a `BufWriter`.
 
 use std::collections::{HashMap, VecDeque};
+
+use libdeflater::{CompressionLvl, Compressor};
 use std::io::{self, BufWriter, Write};
 
-use flate2::{Compress, Compression, FlushCompress, Status};
 use prost::Message;
 
 use crate::protos::{
@@ -313,12 +314,11 @@ pub struct TraceWriter<W: Write> {
     chunk: Vec<u8>,
     /// Deflated bundle being written.
     zbuf: Vec<u8>,
-    /// Reused zlib stream (reset per bundle).
-    deflate: Option<Compress>,
+    /// The bundles' compressor (libdeflate, level 1), reused.
+    deflate: Option<Deflater>,
     /// Reorder window (delta timestamps only): (timestamp, slot), sorted by
-    /// timestamp, ties in push order. Records arrive nearly in time order,
-    /// so an insert scans back over a few entries at most (cheaper than a
-    /// heap's log n sift on every pop).
+    /// timestamp, ties in push order. An insert binary-searches its place;
+    /// the oldest event leaves from the front.
     window: VecDeque<(u64, u32)>,
     /// Encoded events in the window, minus their timestamp and flags.
     slots: Vec<Vec<u8>>,
@@ -361,7 +361,7 @@ impl<W: Write> TraceWriter<W> {
             }),
             deflate: options
                 .compress
-                .then(|| Compress::new(Compression::fast(), true)),
+                .then(|| Deflater(Compressor::new(DEFLATE_LEVEL))),
             window: VecDeque::with_capacity(if options.delta_timestamps {
                 REORDER_WINDOW + 1
             } else {
@@ -690,41 +690,32 @@ impl<W: Write> TraceWriter<W> {
 
     /// Deflates the pending packets into one `TracePacket { compressed_packets }`.
     fn flush_chunk(&mut self) -> io::Result<()> {
-        let Some(z) = self.deflate.as_mut() else {
+        let Some(Deflater(z)) = self.deflate.as_mut() else {
             return Ok(());
         };
         if self.chunk.is_empty() {
             return Ok(());
         }
-        z.reset();
-        self.zbuf.clear();
-        self.zbuf.reserve(self.chunk.len() + 4096);
-        let mut consumed = 0;
-        loop {
-            let before = z.total_in();
-            let status = z
-                .compress_vec(
-                    &self.chunk[consumed..],
-                    &mut self.zbuf,
-                    FlushCompress::Finish,
-                )
-                .map_err(io::Error::other)?;
-            consumed += (z.total_in() - before) as usize;
-            match status {
-                Status::StreamEnd => break,
-                _ => self.zbuf.reserve(self.zbuf.len().max(4096)),
-            }
+        // One whole-buffer zlib stream per bundle (what compressed_packets
+        // holds): no streaming state to reset between bundles.
+        let bound = z.zlib_compress_bound(self.chunk.len());
+        if self.zbuf.len() < bound {
+            self.zbuf.resize(bound, 0);
         }
+        let n = z
+            .zlib_compress(&self.chunk, &mut self.zbuf)
+            .map_err(|e| io::Error::other(format!("deflate: {e:?}")))?;
+        let zbuf = &self.zbuf[..n];
         let mut inner = [0u8; 2 + wire::MAX_VARINT];
         let mut n = wire::put_key(&mut inner, field::TP_COMPRESSED_PACKETS, wire::LEN);
-        n += wire::put_varint(&mut inner[n..], self.zbuf.len() as u64);
+        n += wire::put_varint(&mut inner[n..], zbuf.len() as u64);
         let mut header = [0u8; 1 + wire::MAX_VARINT];
         header[0] = TRACE_PACKET_TAG;
-        let h = 1 + wire::put_varint(&mut header[1..], (n + self.zbuf.len()) as u64);
+        let h = 1 + wire::put_varint(&mut header[1..], (n + zbuf.len()) as u64);
         self.out.write_all(&header[..h])?;
         self.out.write_all(&inner[..n])?;
-        self.out.write_all(&self.zbuf)?;
-        self.bytes += (h + n + self.zbuf.len()) as u64;
+        self.out.write_all(zbuf)?;
+        self.bytes += (h + n + zbuf.len()) as u64;
         self.chunk.clear();
         Ok(())
     }
@@ -864,11 +855,13 @@ impl<W: Write> TraceWriter<W> {
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
             u64::from(SEQUENCE_ID),
         );
-        // After every entry with a timestamp <= ts_ns: stable for ties.
-        let mut at = self.window.len();
-        while at > 0 && self.window[at - 1].0 > ts_ns {
-            at -= 1;
-        }
+        // After every entry with a timestamp <= ts_ns: stable for ties. A
+        // binary search: a kernel's events arrive when it completes, behind
+        // the interceptor slices of the thousands of dispatches enqueued
+        // since, so they belong near the front of a full window (a scan back
+        // from the end walked ~2,000 entries per event). `VecDeque::insert`
+        // moves the shorter side, so front and back inserts are both cheap.
+        let at = self.window.partition_point(|&(t, _)| t <= ts_ns);
         self.window.insert(at, (ts_ns, slot));
         self.packets += 1;
         if self.window.len() > REORDER_WINDOW {
@@ -962,6 +955,22 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
+/// libdeflate's level for the bundles: 1, its fastest that compresses
+/// (level 0 only stores).
+const DEFLATE_LEVEL: CompressionLvl = match CompressionLvl::new(1) {
+    Ok(l) => l,
+    Err(_) => panic!("libdeflate has level 1"),
+};
+
+/// libdeflate's compressor, with a `Debug` that says what it is.
+struct Deflater(Compressor);
+
+impl std::fmt::Debug for Deflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deflater(libdeflate, level 1)")
+    }
+}
+
 /// The fields of one track event, borrowed from the caller.
 #[derive(Debug, Clone, Copy)]
 struct Event<'a> {
@@ -1048,10 +1057,16 @@ mod wire {
         i + 1
     }
 
-    fn varint(buf: &mut Vec<u8>, v: u64) {
-        let mut tmp = [0u8; MAX_VARINT];
-        let n = put_varint(&mut tmp, v);
-        buf.extend_from_slice(&tmp[..n]);
+    /// Byte by byte: most varints here are one to three bytes (keys,
+    /// delta timestamps, ids), where a push beats a copy from a stack
+    /// buffer (a `memcpy` call per varint).
+    #[inline(always)]
+    fn varint(buf: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        buf.push(v as u8);
     }
 
     /// Writes a field key at the start of `out`; returns its length.
@@ -1059,20 +1074,24 @@ mod wire {
         put_varint(out, u64::from(field << 3 | wire_type))
     }
 
+    #[inline]
     pub fn key(buf: &mut Vec<u8>, field: u32, wire_type: u32) {
         varint(buf, u64::from(field << 3 | wire_type));
     }
 
+    #[inline]
     pub fn varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
         key(buf, field, VARINT);
         varint(buf, v);
     }
 
+    #[inline]
     pub fn fixed64_field(buf: &mut Vec<u8>, field: u32, v: u64) {
         key(buf, field, FIXED64);
         buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    #[inline]
     pub fn bytes_field(buf: &mut Vec<u8>, field: u32, bytes: &[u8]) {
         key(buf, field, LEN);
         varint(buf, bytes.len() as u64);

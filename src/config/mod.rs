@@ -15,10 +15,12 @@
 //! | `RPROF_MEMORY_COPY_TRACE` | record asynchronous memory copies | off |
 //! | `RPROF_SERIALIZE_KERNELS` | one kernel at a time per GPU | off |
 //! | `RPROF_STATS` | per-kernel statistics at exit | off |
+//! | `RPROF_SUMMARY` | per-kernel summary on stderr at exit (rocprofv3's `-S`), no statistics file | off |
 //! | `RPROF_TRUNCATE_KERNELS` | keep only the base name of kernels | off |
 //! | `RPROF_OUTPUT_DIR` | output directory | `rprof-results` |
 //! | `RPROF_OUTPUT_NAME` | file name stem, with placeholders | `%hostname%/%pid%` |
-//! | `RPROF_OUTPUT_FORMAT` | comma list of `pftrace`, `csv`, `json` | `pftrace,csv` |
+//! | `RPROF_OUTPUT_FORMAT` | comma list of `pftrace`, `csv`, `json`, `rocpd`, or `none` (only the summary: needs `RPROF_STATS` or `RPROF_SUMMARY`) | `pftrace,csv` |
+//! | `RPROF_PFTRACE_SPLIT_SECONDS` | start a new Perfetto trace file (`NAME_partK.pftrace`) every N seconds of trace time (decimal, `0.001..=86400`) | one file |
 //! | `RPROF_KERNEL_INCLUDE_REGEX` | keep only kernels whose name matches | all |
 //! | `RPROF_KERNEL_EXCLUDE_REGEX` | drop kernels whose name matches | none |
 //!
@@ -62,7 +64,7 @@ mod parse;
 mod tuning;
 mod variables;
 
-use parse::{parse_bool, parse_regex};
+use parse::{parse_bool, parse_regex, parse_seconds};
 pub use tuning::{Tuning, DEFAULT_POOL_SIZE};
 pub use variables::{misspelt_variables, Misspelling, KNOWN_VARIABLES};
 
@@ -80,15 +82,39 @@ pub struct OutputFormats {
 }
 
 impl OutputFormats {
-    /// Parses a comma-separated list such as `pftrace,csv`.
+    /// No file at all (`none`): only the summary (`--stats`, `--summary`).
+    pub const NONE: OutputFormats = OutputFormats {
+        pftrace: false,
+        csv: false,
+        json: false,
+        rocpd: false,
+    };
+
+    /// Whether no trace file is written (`none`).
+    pub fn is_none(&self) -> bool {
+        *self == Self::NONE
+    }
+
+    /// Parses a comma-separated list such as `pftrace,csv`, or `none`.
     pub fn parse(list: &str) -> Result<Self, ConfigError> {
-        let mut f = OutputFormats {
-            pftrace: false,
-            csv: false,
-            json: false,
-            rocpd: false,
-        };
-        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let items: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if items.iter().any(|i| i.eq_ignore_ascii_case("none")) {
+            if items.len() > 1 {
+                return Err(ConfigError::new(
+                    "RPROF_OUTPUT_FORMAT",
+                    format!(
+                        "`none` (no trace files) cannot be combined with other formats in `{list}`"
+                    ),
+                ));
+            }
+            return Ok(Self::NONE);
+        }
+        let mut f = Self::NONE;
+        for item in items {
             match item.to_ascii_lowercase().as_str() {
                 "pftrace" | "perfetto" => f.pftrace = true,
                 "csv" => f.csv = true,
@@ -97,7 +123,9 @@ impl OutputFormats {
                 other => {
                     return Err(ConfigError::new(
                         "RPROF_OUTPUT_FORMAT",
-                        format!("unknown format `{other}` (expected pftrace, csv, json or rocpd)"),
+                        format!(
+                            "unknown format `{other}` (expected pftrace, csv, json, rocpd or none)"
+                        ),
                     ))
                 }
             }
@@ -154,6 +182,12 @@ pub struct TraceConfig {
     pub kernel_rename: bool,
     /// Record asynchronous memory copies (`--memory-copy-trace`).
     pub memory_copy_trace: bool,
+    /// Print the per-kernel summary on stderr at exit (`--summary`), without
+    /// the statistics file `--stats` writes.
+    pub summary: bool,
+    /// Start a new Perfetto trace file every this many nanoseconds of trace
+    /// time (`--pftrace-split-seconds`); `None`: one file.
+    pub pftrace_split_ns: Option<u64>,
 }
 
 /// A configuration value that rprof cannot use. The message names the
@@ -337,6 +371,7 @@ impl TraceConfig {
         let memory_copy_trace = parse_bool(env, "RPROF_MEMORY_COPY_TRACE")? || sys_trace;
         let serialize_kernels = parse_bool(env, "RPROF_SERIALIZE_KERNELS")?;
         let stats = parse_bool(env, "RPROF_STATS")?;
+        let summary = parse_bool(env, "RPROF_SUMMARY")?;
         let truncate_kernels = parse_bool(env, "RPROF_TRUNCATE_KERNELS")?;
         let formats = match env.get("RPROF_OUTPUT_FORMAT") {
             Some(v) => OutputFormats::parse(&v)?,
@@ -357,19 +392,39 @@ impl TraceConfig {
         let tuning = Tuning::from_source(env)?;
         let marker_trace = parse_bool(env, "RPROF_MARKER_TRACE")? || sys_trace;
         let kernel_rename = parse_bool(env, "RPROF_KERNEL_RENAME")?;
+        let pftrace_split_ns = parse_seconds(env, "RPROF_PFTRACE_SPLIT_SECONDS", 1, 86_400)?;
         if !(kernel_trace
             || rpc_trace
             || serialize_kernels
             || stats
+            || summary
             || marker_trace
             || memory_copy_trace)
         {
             return Ok(None);
         }
+        if formats.is_none() && !(stats || summary) {
+            return Err(ConfigError::new(
+                "RPROF_OUTPUT_FORMAT",
+                "`none` writes no trace file, so the run would leave nothing: add --stats \
+                 (RPROF_STATS, the summary and NAME_kernel_stats.csv) or --summary (RPROF_SUMMARY, \
+                 the summary on stderr only)"
+                    .into(),
+            ));
+        }
+        if pftrace_split_ns.is_some() && !formats.pftrace {
+            return Err(ConfigError::new(
+                "RPROF_PFTRACE_SPLIT_SECONDS",
+                "splits the Perfetto trace, but the output formats (--output-format, \
+                 RPROF_OUTPUT_FORMAT) do not include pftrace"
+                    .into(),
+            ));
+        }
         Ok(Some(TraceConfig {
-            // Stats are computed from the kernel trace, and serialization is
-            // done by the kernel tracer's interceptor: both imply it.
-            kernel_trace: kernel_trace || stats || serialize_kernels,
+            // Stats and the summary are computed from the kernel trace, and
+            // serialization is done by the kernel tracer's interceptor: they
+            // imply it.
+            kernel_trace: kernel_trace || stats || summary || serialize_kernels,
             rpc_trace,
             serialize_kernels,
             stats,
@@ -383,6 +438,8 @@ impl TraceConfig {
             marker_trace,
             kernel_rename,
             memory_copy_trace,
+            summary,
+            pftrace_split_ns,
         }))
     }
 
@@ -507,6 +564,62 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn none_is_the_summary_alone() {
+        assert!(OutputFormats::parse("none").unwrap().is_none());
+        assert!(OutputFormats::parse(" NONE ").unwrap().is_none());
+        let e = OutputFormats::parse("none,csv").unwrap_err();
+        assert!(e.message.contains("cannot be combined"), "{e}");
+        assert!(OutputFormats::parse("").is_err());
+        for var in ["RPROF_STATS", "RPROF_SUMMARY"] {
+            let c = TraceConfig::from_source(
+                &env(&[(var, "1"), ("RPROF_OUTPUT_FORMAT", "none")]),
+                &facts(),
+            )
+            .unwrap()
+            .unwrap();
+            assert!(c.formats.is_none() && c.kernel_trace, "{var}");
+            assert_eq!(
+                (c.stats, c.summary),
+                (var == "RPROF_STATS", var == "RPROF_SUMMARY")
+            );
+        }
+        let e = TraceConfig::from_source(
+            &env(&[("RPROF_KERNEL_TRACE", "1"), ("RPROF_OUTPUT_FORMAT", "none")]),
+            &facts(),
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "RPROF_OUTPUT_FORMAT");
+        assert!(e.message.contains("--summary"), "{e}");
+    }
+
+    #[test]
+    fn the_split_interval_is_seconds_and_needs_the_perfetto_trace() {
+        let get = |v: &str, formats: &str| {
+            TraceConfig::from_source(
+                &env(&[
+                    ("RPROF_KERNEL_TRACE", "1"),
+                    ("RPROF_PFTRACE_SPLIT_SECONDS", v),
+                    ("RPROF_OUTPUT_FORMAT", formats),
+                ]),
+                &facts(),
+            )
+        };
+        let ns = |v: &str| get(v, "pftrace").unwrap().unwrap().pftrace_split_ns;
+        assert_eq!(ns("10"), Some(10_000_000_000));
+        assert_eq!(ns(" 0.25 "), Some(250_000_000));
+        assert_eq!(ns("0.001"), Some(1_000_000));
+        assert_eq!(ns(""), None);
+        for bad in ["0", "-1", "0.0005", "86401", "ten", "nan", "inf", "1e400"] {
+            let e = get(bad, "pftrace").unwrap_err();
+            assert_eq!(e.variable, "RPROF_PFTRACE_SPLIT_SECONDS", "{bad}");
+            assert!(e.message.contains("not a number of seconds"), "{e}");
+        }
+        let e = get("10", "csv").unwrap_err();
+        assert_eq!(e.variable, "RPROF_PFTRACE_SPLIT_SECONDS");
+        assert!(e.message.contains("do not include pftrace"), "{e}");
     }
 
     #[test]

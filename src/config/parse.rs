@@ -95,3 +95,32 @@ pub(super) fn parse_regex(
         }),
     }
 }
+
+/// A duration in seconds (decimal, e.g. `10` or `0.5`) in `lo_ms..=hi_s`,
+/// as whole nanoseconds; `None` when unset.
+pub(super) fn parse_seconds(
+    env: &dyn EnvSource,
+    name: &'static str,
+    lo_ms: u64,
+    hi_s: u64,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(v) = value(env, name) else {
+        return Ok(None);
+    };
+    let ns = v
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite())
+        .map(|s| (s * 1e9).round())
+        .filter(|&ns| ns >= (lo_ms * 1_000_000) as f64 && ns <= (hi_s * 1_000_000_000) as f64);
+    match ns {
+        Some(ns) => Ok(Some(ns as u64)),
+        None => Err(ConfigError::new(
+            name,
+            format!(
+                "`{v}` is not a number of seconds in {}..={hi_s} (e.g. 10 or 0.5)",
+                lo_ms as f64 / 1000.0
+            ),
+        )),
+    }
+}

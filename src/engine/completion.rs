@@ -33,6 +33,11 @@ const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
 /// signal, not only the oldest [`SCAN_WINDOW`].
 const FULL_SCAN_EVERY: u32 = 16;
+/// An ordinary pass stops after this many unfinished signals in a row:
+/// dispatches finish roughly in submission order (in order within a
+/// queue), so what follows a run of unfinished ones is unfinished too,
+/// except on other queues, which full passes find.
+const UNFINISHED_RUN: usize = 16;
 
 /// The completion thread's view of `--serialize-kernels`: which agents'
 /// tokens are held, and the readiness order.
@@ -215,7 +220,8 @@ impl<S: DispatchSignal> Engine<S> {
     ///
     /// Dispatches finish roughly in submission order, so an ordinary pass
     /// reads only the oldest SCAN_WINDOW signals (reading all of several
-    /// thousand in-flight signals every pass was this thread's main cost);
+    /// thousand in-flight signals every pass was this thread's main cost),
+    /// and stops after UNFINISHED_RUN unfinished ones in a row;
     /// later ones are found by a later pass, which moves no timestamp. Every
     /// FULL_SCAN_EVERY-th pass, and whenever an interceptor waits for
     /// signals or ring space, a pass reads everything; so do serialized and
@@ -235,12 +241,20 @@ impl<S: DispatchSignal> Engine<S> {
         };
         let mut done = 0;
         let mut latency_bound = false;
+        let mut unfinished_run = 0;
         for i in 0..limit {
             if backend.signal_value(tracked[i].signal.handle()) <= 0 {
                 tracked.swap(i, done);
                 done += 1;
-            } else if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
+                unfinished_run = 0;
+                continue;
+            }
+            if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
                 latency_bound = true;
+            }
+            unfinished_run += 1;
+            if !full && unfinished_run >= UNFINISHED_RUN {
+                break;
             }
         }
         Scan {

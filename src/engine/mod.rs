@@ -386,7 +386,9 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Hands a record made on an application thread (a ROCTx marker, see
     /// [`crate::marker`]) to the writer, unless recording has stopped.
-    /// Never blocks for long: see `push_record_from_app_thread`.
+    /// Waits while the record queue is full and the writer takes records
+    /// (back-pressure, no loss); drops the record (counted) only once the
+    /// writer took none for [`WRITER_STALL`], and then no thread waits again.
     pub fn push_app_record(&self, rec: Record) {
         if self.is_tracing() {
             self.push_record_from_app_thread(rec);
@@ -401,10 +403,10 @@ impl<S: DispatchSignal> Engine<S> {
             }
             return;
         }
-        let deadline = Instant::now() + Duration::from_millis(100);
-        if push_bounded(&self.records, rec, deadline, || self.writer_wake.notify()).is_err() {
-            self.count_lost(1);
-        }
+        // Back-pressure while the writer takes records; dropped (counted)
+        // only once it took none for WRITER_STALL (stuck), as for the
+        // completion thread.
+        self.push_record(rec);
     }
 
     /// Stops tracing new work, waits up to `timeout` for the dispatches in

@@ -93,9 +93,21 @@ pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
 ];
 
 /// Streams kernel dispatches (and RPC wakes, ROCTx markers, memory copies) to CSV files.
+///
+/// The kernel trace is the hot file (one row per dispatch): its rows are
+/// assembled in `row` with `itoa` for the numbers (which never need
+/// quoting) and the kernel name as the `csv` crate quotes it, cached per
+/// kernel id, then written in one piece. The other files are rare and go
+/// through `csv::Writer` field by field.
 #[derive(Debug)]
 pub struct CsvSink {
-    out: csv::Writer<BufWriter<File>>,
+    out: BufWriter<File>,
+    /// The row being assembled (reused).
+    row: Vec<u8>,
+    /// Per kernel id: the display name and its CSV field as `csv` writes
+    /// it (quoted where needed). Checked against the name on each use
+    /// (`--kernel-rename` gives one kernel several names).
+    names: Vec<(String, Vec<u8>)>,
     rpc_path: std::path::PathBuf,
     rpc: Option<csv::Writer<BufWriter<File>>>,
     marker_path: std::path::PathBuf,
@@ -144,7 +156,9 @@ impl CsvSink {
         ensure_parent(path)?;
         let file = BufWriter::with_capacity(1 << 16, super::files::create_new(path)?);
         Ok(CsvSink {
-            out: csv::Writer::from_writer(file),
+            out: file,
+            row: Vec::with_capacity(512),
+            names: Vec::new(),
             rpc_path: rpc_trace_path(path),
             rpc: None,
             marker_path: marker_trace_path(path),
@@ -156,10 +170,55 @@ impl CsvSink {
     }
 }
 
+impl CsvSink {
+    /// The cache entry holding the kernel-name field of kernel `id` named
+    /// `name`: quoted by the `csv` crate the first time (and when the name
+    /// changes), then reused.
+    fn name_field(&mut self, id: u64, name: &str) -> io::Result<usize> {
+        let i = usize::try_from(id).unwrap_or(usize::MAX);
+        if i >= self.names.len() {
+            if i > MAX_CACHED_KERNEL_ID {
+                self.names.resize_with(1, Default::default);
+                return self.quote_into(0, name);
+            }
+            self.names.resize_with(i + 1, Default::default);
+        }
+        if self.names[i].0 != name {
+            return self.quote_into(i, name);
+        }
+        Ok(i)
+    }
+
+    /// Quotes `name` as a CSV field into cache entry `i`.
+    fn quote_into(&mut self, i: usize, name: &str) -> io::Result<usize> {
+        let mut w = csv::WriterBuilder::new()
+            .terminator(csv::Terminator::Any(b'\n'))
+            .from_writer(Vec::new());
+        // As the first field of a two-field record, so that the writer
+        // closes its quotes and writes an empty name as nothing (a record
+        // of one empty field would be `""`); then cut the `,\n`.
+        w.write_record([name, ""]).map_err(to_io)?;
+        let mut field = w.into_inner().map_err(|e| e.into_error())?;
+        field.truncate(field.len().saturating_sub(2));
+        let entry = &mut self.names[i];
+        entry.0.clear();
+        entry.0.push_str(name);
+        entry.1 = field;
+        Ok(i)
+    }
+}
+
+/// Kernel ids above this share one cache entry (ids are dense from 1, so
+/// only a corrupt id gets there).
+const MAX_CACHED_KERNEL_ID: usize = 1 << 20;
+
 impl RecordSink for CsvSink {
     fn start(&mut self, run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
         self.pid = run.pid;
-        self.out.write_record(KERNEL_TRACE_COLUMNS).map_err(to_io)
+        let mut header = csv::Writer::from_writer(Vec::new());
+        header.write_record(KERNEL_TRACE_COLUMNS).map_err(to_io)?;
+        let header = header.into_inner().map_err(|e| e.into_error())?;
+        io::Write::write_all(&mut self.out, &header)
     }
 
     fn marker(&mut self, r: &crate::marker::MarkerRecord) -> io::Result<()> {
@@ -189,35 +248,46 @@ impl RecordSink for CsvSink {
     }
 
     fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {
+        let name = self.name_field(k.kernel_id, k.display_name)?;
+        let name = &self.names[name].1;
+        let row = &mut self.row;
+        row.clear();
         let mut b = itoa::Buffer::new();
-        let mut field = |w: &mut csv::Writer<_>, v: u64| w.write_field(b.format(v)).map_err(to_io);
-        let w = &mut self.out;
-        w.write_field("KERNEL_DISPATCH").map_err(to_io)?;
-        field(w, u64::from(r.agent_index))?;
-        field(w, r.queue_id)?;
-        field(w, 0)?; // Stream_Id
-        field(w, u64::from(r.thread_id))?;
-        field(w, r.dispatch_id)?;
-        field(w, k.kernel_id)?;
-        w.write_field(k.display_name).map_err(to_io)?;
-        field(w, r.correlation_id)?;
-        field(w, r.start_ns)?;
-        field(w, r.end_ns)?;
-        field(w, lds_block_size(r.group_segment_size))?;
-        field(w, u64::from(r.private_segment_size))?;
+        let mut field = |row: &mut Vec<u8>, v: u64| {
+            row.extend_from_slice(b.format(v).as_bytes());
+            row.push(b',');
+        };
+        row.extend_from_slice(b"KERNEL_DISPATCH,");
+        field(row, u64::from(r.agent_index));
+        field(row, r.queue_id);
+        field(row, 0); // Stream_Id
+        field(row, u64::from(r.thread_id));
+        field(row, r.dispatch_id);
+        field(row, k.kernel_id);
+        row.extend_from_slice(name);
+        row.push(b',');
+        field(row, r.correlation_id);
+        field(row, r.start_ns);
+        field(row, r.end_ns);
+        field(row, lds_block_size(r.group_segment_size));
+        field(row, u64::from(r.private_segment_size));
         let res = k.resources.unwrap_or_default();
-        field(w, u64::from(res.arch_vgpr_count))?;
-        field(w, u64::from(res.accum_vgpr_count))?;
-        field(w, u64::from(res.sgpr_count))?;
+        field(row, u64::from(res.arch_vgpr_count));
+        field(row, u64::from(res.accum_vgpr_count));
+        field(row, u64::from(res.sgpr_count));
         for v in r.workgroup {
-            field(w, u64::from(v))?;
+            field(row, u64::from(v));
         }
         for v in r.grid {
-            field(w, u64::from(v))?;
+            field(row, u64::from(v));
         }
-        field(w, u64::from(r.private_segment_size))?;
-        field(w, u64::from(r.group_segment_size))?;
-        w.write_record(None::<&[u8]>).map_err(to_io)
+        field(row, u64::from(r.private_segment_size));
+        field(row, u64::from(r.group_segment_size));
+        // The last comma becomes the record terminator.
+        if let Some(last) = row.last_mut() {
+            *last = b'\n';
+        }
+        io::Write::write_all(&mut self.out, row)
     }
 
     fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
@@ -291,10 +361,120 @@ impl RecordSink for CsvSink {
         if let Some(w) = self.copies.as_mut() {
             w.flush()?;
         }
-        self.out.flush()
+        io::Write::flush(&mut self.out)
     }
 
     fn finish(&mut self, _meta: &RunMetadata) -> io::Result<()> {
         RecordSink::flush(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::KernelResourceCounts;
+
+    /// The row as `csv::Writer` writes it field by field (what the sink did
+    /// before rows were assembled by hand): the oracle.
+    fn oracle_row(r: &DispatchRecord, k: &KernelInfo<'_>) -> Vec<u8> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let res = k.resources.unwrap_or_default();
+        let mut fields: Vec<String> = vec!["KERNEL_DISPATCH".into()];
+        for v in [
+            u64::from(r.agent_index),
+            r.queue_id,
+            0,
+            u64::from(r.thread_id),
+            r.dispatch_id,
+            k.kernel_id,
+        ] {
+            fields.push(v.to_string());
+        }
+        fields.push(k.display_name.into());
+        for v in [
+            r.correlation_id,
+            r.start_ns,
+            r.end_ns,
+            lds_block_size(r.group_segment_size),
+            u64::from(r.private_segment_size),
+            u64::from(res.arch_vgpr_count),
+            u64::from(res.accum_vgpr_count),
+            u64::from(res.sgpr_count),
+        ] {
+            fields.push(v.to_string());
+        }
+        fields.extend(r.workgroup.iter().map(|v| v.to_string()));
+        fields.extend(r.grid.iter().map(|v| v.to_string()));
+        fields.push(r.private_segment_size.to_string());
+        fields.push(r.group_segment_size.to_string());
+        w.write_record(&fields).unwrap();
+        w.into_inner().unwrap()
+    }
+
+    #[test]
+    fn kernel_rows_match_the_csv_crate_field_by_field() {
+        let dir = std::env::temp_dir().join(format!("rprof-csv-rows-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("x_kernel_trace.csv");
+        let mut sink = CsvSink::create(&path).unwrap();
+        let run = RunInfo::default();
+        sink.start(&run, &[]).unwrap();
+        let names = [
+            "void graph_node<78>(int*, int)",
+            "plain",
+            "with \"quotes\", and comma",
+            "line\nbreak",
+            "",
+            "plain",
+            // Same id as the first, another name (--kernel-rename).
+            "region A",
+        ];
+        let ids = [3u64, 1, 2, 4, 5, 1, 3];
+        let mut expected = {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record(KERNEL_TRACE_COLUMNS).unwrap();
+            w.into_inner().unwrap()
+        };
+        for (i, (name, id)) in names.iter().zip(ids).enumerate() {
+            let i = i as u64;
+            let r = DispatchRecord {
+                correlation_id: (7 << 32) + i,
+                dispatch_id: i + 1,
+                agent_index: 1,
+                queue_id: 9 + i,
+                thread_id: 4242,
+                kernel_object: 0xdead_0000 + i,
+                grid: [64, 2, 1],
+                workgroup: [64, 1, 1],
+                private_segment_size: 16 * i as u32,
+                group_segment_size: 100 * i as u32,
+                enqueue_ns: 1,
+                start_ns: 1_000_000_000_000 + i,
+                end_ns: u64::MAX - i,
+            };
+            let k = KernelInfo {
+                kernel_id: id,
+                display_name: name,
+                symbol_name: "_Z1kv",
+                resources: (i % 2 == 0).then_some(KernelResourceCounts {
+                    sgpr_count: 18,
+                    arch_vgpr_count: 7,
+                    accum_vgpr_count: 4,
+                    group_segment_fixed_size: 0,
+                    private_segment_fixed_size: 0,
+                    code_object_id: 1,
+                }),
+            };
+            sink.dispatch(&r, &k).unwrap();
+            expected.extend(oracle_row(&r, &k));
+        }
+        sink.finish(&RunMetadata::default()).unwrap();
+        drop(sink);
+        let got = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&expected)
+        );
     }
 }

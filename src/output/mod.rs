@@ -11,4 +11,5 @@ pub mod json;
 pub mod perfetto;
 pub mod rocpd;
 pub mod rocpd_merge;
+pub mod split;
 pub mod stats;

@@ -384,8 +384,9 @@ CREATE VIEW memory_copies AS
     LEFT JOIN rocpd_info_stream ST ON ST.id = M.stream_id AND ST.guid = M.guid;
 "#;
 
-/// The one code object row kernels hang from until rprof records code objects.
-const CODE_OBJECT_ID: i64 = 1;
+/// The code object row of kernels whose code object rprof could not read
+/// (written only if there is such a kernel; real code objects count from 1).
+const UNKNOWN_CODE_OBJECT_ID: i64 = 0;
 
 /// Streams a run into a rocpd database.
 pub struct RocpdSink {
@@ -404,6 +405,11 @@ pub struct RocpdSink {
     next_event: i64,
     /// ROCTx marks' tracks (one per thread, named after the category).
     marker_tracks: std::collections::HashMap<u32, i64>,
+    /// Code object rows written (ids of [`crate::code_object::loaded`], and
+    /// [`UNKNOWN_CODE_OBJECT_ID`]).
+    code_objects: HashSet<i64>,
+    /// rocpd agent ids (the run's agent index) by `hsa_agent_t` handle.
+    agent_ids: std::collections::HashMap<u64, i64>,
 }
 
 impl std::fmt::Debug for RocpdSink {
@@ -450,6 +456,8 @@ impl RocpdSink {
             kernels: HashSet::new(),
             next_event: 1,
             marker_tracks: Default::default(),
+            code_objects: HashSet::new(),
+            agent_ids: Default::default(),
         })
     }
 
@@ -555,6 +563,7 @@ impl RocpdSink {
     fn insert_agents(&mut self, agents: &[AgentInfo]) -> rusqlite::Result<()> {
         let table = self.table("rocpd_info_agent");
         for agent in agents {
+            self.agent_ids.insert(agent.handle, i64::from(agent.index));
             let extdata = serde_json::json!({
                 "handle": agent.handle,
                 "compute_units": agent.compute_units,
@@ -596,11 +605,6 @@ impl RocpdSink {
                 params![self.node_id, self.pid, name],
             )?;
         }
-        let table = self.table("rocpd_info_code_object");
-        self.db.execute(
-            &format!("INSERT INTO {table} (id, nid, pid) VALUES (?1, ?2, ?3)"),
-            params![CODE_OBJECT_ID, self.node_id, self.pid],
-        )?;
         // rocprofv3 numbers the empty string 1; the kernel view's region joins on it.
         self.string_id("")?;
         self.string_id(KERNEL_DISPATCH)?;
@@ -635,6 +639,52 @@ impl RocpdSink {
         Ok(())
     }
 
+    /// The row of loaded code object `id` ([`crate::code_object::loaded`];
+    /// 0 or unknown: a row without facts), written once; returns its id.
+    fn ensure_code_object(&mut self, id: u64) -> rusqlite::Result<i64> {
+        let loaded = crate::code_object::loaded(id);
+        let row = loaded
+            .as_ref()
+            .map_or(UNKNOWN_CODE_OBJECT_ID, |c| int(c.id));
+        if !self.code_objects.insert(row) {
+            return Ok(row);
+        }
+        let table = self.table("rocpd_info_code_object");
+        match loaded {
+            Some(c) => {
+                let storage = if c.in_memory { "MEMORY" } else { "FILE" };
+                let extdata =
+                    serde_json::json!({ "size": c.size, "storage_type": storage }).to_string();
+                self.db.execute(
+                    &format!(
+                        "INSERT INTO {table} (id, nid, pid, agent_id, uri, load_base, load_size, \
+                         load_delta, storage_type, extdata) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                    ),
+                    params![
+                        row,
+                        self.node_id,
+                        self.pid,
+                        self.agent_ids.get(&c.agent_handle).copied(),
+                        c.uri,
+                        int(c.load_base),
+                        int(c.load_size),
+                        c.load_delta,
+                        storage,
+                        extdata
+                    ],
+                )?;
+            }
+            None => {
+                self.db.execute(
+                    &format!("INSERT INTO {table} (id, nid, pid) VALUES (?1, ?2, ?3)"),
+                    params![row, self.node_id, self.pid],
+                )?;
+            }
+        }
+        Ok(row)
+    }
+
     fn ensure_kernel(
         &mut self,
         rec: &DispatchRecord,
@@ -643,6 +693,8 @@ impl RocpdSink {
         if !self.kernels.insert(kernel.kernel_id) {
             return Ok(());
         }
+        let code_object =
+            self.ensure_code_object(kernel.resources.map_or(0, |r| r.code_object_id))?;
         let table = self.table("rocpd_info_kernel_symbol");
         self.db
             .prepare_cached(&format!(
@@ -655,7 +707,7 @@ impl RocpdSink {
                 int(kernel.kernel_id),
                 self.node_id,
                 self.pid,
-                CODE_OBJECT_ID,
+                code_object,
                 kernel.symbol_name,
                 kernel.display_name,
                 int(rec.kernel_object),
@@ -902,6 +954,11 @@ impl RecordSink for RocpdSink {
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
         let table = self.table("rocpd_info_process");
         (|| {
+            // Every loaded code object has its row, also those whose kernels
+            // never ran (as rocprofv3 writes them).
+            for id in 1..=crate::code_object::loaded_count() {
+                self.ensure_code_object(id)?;
+            }
             self.db.execute(
                 &format!("UPDATE {table} SET \"end\" = ?1, fini = ?1 WHERE id = ?2"),
                 params![int(meta.end_ns), self.pid],

@@ -22,6 +22,19 @@
 //                   callback (waits up to 5 s for queues 2 and 3), UNKNOWN_LAUNCHED N and the usual report.
 //   destroy_gated N one queue: a barrier-AND on a host signal never opened, N kernels behind it, then
 //                   hsa_queue_destroy (the kernels never run) and hsa_shut_down; prints DESTROY_SECONDS
+//   fork N CHILD    N dispatches, then fork() without exec: the child (CHILD = none: no GPU use, some CPU work;
+//                   clone: the same, the child made by the raw clone system call, so no pthread_atfork handler runs;
+//                   hsa: calls into HSA after fork, undefined for ROCr: a signal, a kernel on the parent's queue,
+//                   a 2 s bounded wait; prints CHILD_SIGNAL_CREATE, CHILD_DISPATCHED, CHILD_WAIT) prints CHILD_DONE and exit(0)s;
+//                   the parent waits for it (20 s, then kills it), prints CHILD_STATUS, then N dispatches more
+//   load T Q N [S]  T threads, each with Q queues of S slots (64), N calls per queue round robin: every 5th call a
+//                   barrier-AND completing the thread's app signal, every 7th kernel with that signal, each waited
+//                   for; prints RSS_KB warm=<at 10 %> end=<at the end> (thread 0's view)
+//   events N [F] [Q] [late]  creates Q queues (1) and runs 64 kernels on the first (with `late`: the queues
+//                   after the signals, no warm-up), then 5000 signals with hsa_signal_create(1, 0, NULL): ROCr makes each an
+//                   interrupt signal holding one driver event while the driver has events, then falls back to
+//                   plain signals; gives F (16) of the event signals back; N kernels on the first queue, every 2nd completing a
+//                   held event signal waited for (blocked); prints EVENT_SIGNALS, PLAIN_SIGNALS, CREATE_STATUS
 //   crossdep R      R rounds of a cross-queue dependency enqueued "backwards": on queue B a barrier-AND waiting
 //                   for signal X, then a kernel; then on queue A the kernel that completes X. (A tracer that
 //                   serialized kernels in enqueue order would deadlock here.)
@@ -30,10 +43,13 @@
 // barrier-AND packet whose signal it waits on, so it knows its queue drained.
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
+#include <hsa/amd_hsa_signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <sys/syscall.h>
 #include <string.h>
 
 #include <atomic>
@@ -128,9 +144,9 @@ static void wait_zero(hsa_signal_t s) {
   }
 }
 
-static hsa_queue_t* make_queue() {
+static hsa_queue_t* make_queue(uint32_t size = 256) {
   hsa_queue_t* q;
-  CHECK(hsa_queue_create(g_gpu, 256, HSA_QUEUE_TYPE_MULTI, nullptr, nullptr, UINT32_MAX, UINT32_MAX, &q));
+  CHECK(hsa_queue_create(g_gpu, size, HSA_QUEUE_TYPE_MULTI, nullptr, nullptr, UINT32_MAX, UINT32_MAX, &q));
   return q;
 }
 
@@ -244,6 +260,198 @@ static void report() {
   }
   printf("TOTAL %ld\n", total);
   fflush(stdout);
+}
+
+// `fork N CHILD`: see the usage at the top.
+static int fork_mode(int n, const std::string& child) {
+  hsa_queue_t* q = make_queue();
+  work(q, n, 0);
+  fflush(stdout);
+  fflush(stderr);
+  // `clone`: a child made by the raw clone system call, as fork() makes it but without fork's handlers
+  // (pthread_atfork), as some launchers and runtimes do.
+  pid_t pid = child == "clone" ? (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0) : fork();
+  if (pid < 0) {
+    perror("fork");
+    return 1;
+  }
+  if (pid == 0) {
+    if (child == "hsa") {
+      hsa_signal_t s;
+      hsa_status_t st = hsa_signal_create(1, 0, nullptr, &s);
+      printf("CHILD_SIGNAL_CREATE %#x\n", (unsigned)st);
+      fflush(stdout);
+      if (st == HSA_STATUS_SUCCESS) {
+        dispatch(q, g_kernels[0], 64, 64, s);
+        printf("CHILD_DISPATCHED\n");
+        fflush(stdout);
+        uint64_t freq = 0;
+        hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY, &freq);
+        hsa_signal_value_t v =
+            hsa_signal_wait_scacquire(s, HSA_SIGNAL_CONDITION_LT, 1, 2 * freq, HSA_WAIT_STATE_ACTIVE);
+        printf("CHILD_WAIT %ld\n", (long)v);
+      }
+    } else {
+      volatile unsigned long x = 0;
+      for (unsigned long i = 0; i < 10000000; i++) x += i;
+    }
+    printf("CHILD_DONE\n");
+    fflush(stdout);
+    exit(0);
+  }
+  int status = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  bool killed = false;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      killed = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (killed)
+    printf("CHILD_STATUS hung\n");
+  else if (WIFEXITED(status))
+    printf("CHILD_STATUS exit=%d\n", WEXITSTATUS(status));
+  else
+    printf("CHILD_STATUS signal=%d\n", WTERMSIG(status));
+  work(q, n, 1);
+  report();
+  CHECK(hsa_queue_destroy(q));
+  CHECK(hsa_shut_down());
+  return 0;
+}
+
+static long rss_kb() {
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// `load T Q N [S]`: see the usage at the top.
+static int load_mode(int threads, int queues, long n, uint32_t size) {
+  static std::atomic<long> warm_kb{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; t++) {
+    ts.emplace_back([=] {
+      std::vector<hsa_queue_t*> qs;
+      for (int i = 0; i < queues; i++) qs.push_back(make_queue(size));
+      hsa_signal_t app;
+      CHECK(hsa_signal_create(1, 0, nullptr, &app));
+      long calls = n * queues;
+      for (long c = 0; c < calls; c++) {
+        hsa_queue_t* q = qs[c % queues];
+        int k = (int)((c + t) % 3);
+        if (c % 5 == 4) {
+          hsa_signal_store_screlease(app, 1);
+          barrier(q, app);
+          wait_zero(app);
+        } else if (c % 7 == 6) {
+          hsa_signal_store_screlease(app, 1);
+          dispatch(q, g_kernels[k], 64u * (k + 1), 64, app);
+          g_count[k]++;
+          wait_zero(app);
+        } else {
+          dispatch(q, g_kernels[k], 64u * (k + 1), 64, hsa_signal_t{0});
+          g_count[k]++;
+        }
+        if (t == 0 && c == calls / 10) warm_kb = rss_kb();
+      }
+      for (auto q : qs) {
+        hsa_signal_store_screlease(app, 1);
+        barrier(q, app);
+        wait_zero(app);
+      }
+      for (auto q : qs) CHECK(hsa_queue_destroy(q));
+      CHECK(hsa_signal_destroy(app));
+    });
+  }
+  for (auto& t : ts) t.join();
+  printf("RSS_KB warm=%ld end=%ld\n", warm_kb.load(), rss_kb());
+  report();
+  CHECK(hsa_shut_down());
+  return 0;
+}
+
+// Whether `s` holds a driver event (ROCr's interrupt signal: its amd_signal_t has an event mailbox).
+static bool has_event(hsa_signal_t s) {
+  return ((const amd_signal_t*)(uintptr_t)s.handle)->event_mailbox_ptr != 0;
+}
+
+// `events N [F]`: see the usage at the top.
+static int events_mode(int n, int give_back, int queues, bool late) {
+  std::vector<hsa_queue_t*> qs;
+  if (!late)
+    for (int i = 0; i < queues; i++) qs.push_back(make_queue());
+  // Warm-up on the first queue (a tracer's signal pool grows here): 64 kernels, then a barrier waited for.
+  if (!late) {
+    hsa_signal_t warm;
+    CHECK(hsa_signal_create(1, 0, nullptr, &warm));
+    for (int i = 0; i < 64; i++) {
+      dispatch(qs[0], g_kernels[i % 3], 64u * (i % 3 + 1), 64, hsa_signal_t{0});
+      g_count[i % 3]++;
+    }
+    barrier(qs[0], warm);
+    wait_zero(warm);
+    CHECK(hsa_signal_destroy(warm));
+  }
+  std::vector<hsa_signal_t> held, plain;
+  hsa_status_t st = HSA_STATUS_SUCCESS;
+  while (held.size() + plain.size() < 5000) {
+    hsa_signal_t s;
+    st = hsa_signal_create(1, 0, nullptr, &s);
+    if (st != HSA_STATUS_SUCCESS) break;
+    (has_event(s) ? held : plain).push_back(s);
+  }
+  for (int i = 0; i < give_back && !held.empty(); i++) {
+    CHECK(hsa_signal_destroy(held.back()));
+    held.pop_back();
+  }
+  printf("EVENT_SIGNALS %zu\n", held.size());
+  printf("PLAIN_SIGNALS %zu\n", plain.size());
+  printf("CREATE_STATUS %#x\n", (unsigned)st);
+  fflush(stdout);
+  if (late)
+    for (int i = 0; i < queues; i++) {
+      hsa_queue_t* x;
+      hsa_status_t qst = hsa_queue_create(g_gpu, 256, HSA_QUEUE_TYPE_MULTI, nullptr, nullptr, UINT32_MAX, UINT32_MAX, &x);
+      printf("LATE_QUEUE_STATUS %#x\n", (unsigned)qst);
+      fflush(stdout);
+      if (qst != HSA_STATUS_SUCCESS) return 2;
+      qs.push_back(x);
+    }
+  hsa_queue_t* q = qs[0];
+  for (int i = 0; i < n; i++) {
+    int k = i % 3;
+    if (i % 2 == 0 && !held.empty()) {
+      // From both ends: the first events created and the last ones (the driver's highest ids and slots).
+      size_t n = held.size(), j = (size_t)i % n;
+      hsa_signal_t s = i % 4 == 0 ? held[j] : held[n - 1 - j];
+      hsa_signal_store_screlease(s, 1);
+      dispatch(q, g_kernels[k], 64u * (k + 1), 64, s);
+      g_count[k]++;
+      wait_zero(s);
+    } else {
+      dispatch(q, g_kernels[k], 64u * (k + 1), 64, hsa_signal_t{0});
+      g_count[k]++;
+    }
+  }
+  hsa_signal_t done = held.empty() ? plain[0] : held[0];
+  hsa_signal_store_screlease(done, 1);
+  barrier(q, done);
+  wait_zero(done);
+  report();
+  for (auto s : held) CHECK(hsa_signal_destroy(s));
+  for (auto s : plain) CHECK(hsa_signal_destroy(s));
+  for (auto x : qs) CHECK(hsa_queue_destroy(x));
+  CHECK(hsa_shut_down());
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -383,6 +591,13 @@ int main(int argc, char** argv) {
     CHECK(hsa_shut_down());
     return 0;
   }
+  if (mode == "fork") return fork_mode(argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? argv[4] : "none");
+  if (mode == "load")
+    return load_mode(argc > 3 ? atoi(argv[3]) : 8, argc > 4 ? atoi(argv[4]) : 4, argc > 5 ? atol(argv[5]) : 100,
+                     argc > 6 ? (uint32_t)atoi(argv[6]) : 64);
+  if (mode == "events")
+    return events_mode(argc > 3 ? atoi(argv[3]) : 100, argc > 4 ? atoi(argv[4]) : 16, argc > 5 ? atoi(argv[5]) : 1,
+                       argc > 6 && std::string(argv[6]) == "late");
   if (mode == "exit_busy") {
     int threads = argc > 3 ? atoi(argv[3]) : 3;
     int n = argc > 4 ? atoi(argv[4]) : 200;

@@ -20,7 +20,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "rprof",
     args_conflicts_with_subcommands = true,
     version,
-    about = "Kernel tracer for AMD GPUs: runs an app and records every GPU kernel dispatch",
+    about = "Kernel tracer for AMD GPUs: runs an app and records its GPU kernel dispatches, memory copies and ROCTx markers",
     after_help = "Examples:\n  rprof --kernel-trace ./app            trace, write rprof-results/<host>/<pid>.pftrace and .csv\n  rprof --kernel-trace --stats -- ./app --app-flag\n  rprof --device emulated -- ./app      run on the emulated GPU, untraced\n  rprof merge a.pftrace b.pftrace -o all.pftrace\n\nOpen .pftrace files at https://ui.perfetto.dev"
 )]
 pub struct Cli {
@@ -70,7 +70,8 @@ pub struct TraceArgs {
     /// Record ROCTx marks and ranges (NAME_marker_api_trace.csv; the tool library is preloaded).
     #[arg(long)]
     pub marker_trace: bool,
-    /// Name each kernel after its innermost enclosing ROCTx push/pop range.
+    /// Name each kernel after its innermost enclosing ROCTx push/pop range
+    /// (or a ROCTx mark made since on its thread), as rocprofv3 does.
     #[arg(long)]
     pub kernel_rename: bool,
     /// Record asynchronous memory copies (hsa_amd_memory_async_copy*, as
@@ -84,15 +85,24 @@ pub struct TraceArgs {
     /// Per-kernel statistics at exit (stderr and NAME_kernel_stats.csv).
     #[arg(long)]
     pub stats: bool,
+    /// The per-kernel summary on stderr at exit, as rocprofv3's -S (no
+    /// statistics file). With --output-format none: the summary alone.
+    #[arg(short = 'S', long)]
+    pub summary: bool,
     /// Output directory.
     #[arg(short = 'd', long = "output-directory", value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Output file name stem; placeholders %pid% %ppid% %hostname% %rank% %env{VAR}%.
     #[arg(short = 'o', long = "output-file", value_name = "NAME")]
     pub output_name: Option<String>,
-    /// Comma-separated formats: pftrace, csv, json, rocpd (default pftrace,csv).
+    /// Comma-separated formats: pftrace, csv, json, rocpd (default
+    /// pftrace,csv); `none` writes no trace file (with --stats or --summary).
     #[arg(long, value_name = "FORMATS")]
     pub output_format: Option<String>,
+    /// Start a new Perfetto trace file every N seconds of trace time
+    /// (NAME.pftrace, NAME_part1.pftrace, ...; each opens on its own).
+    #[arg(long, value_name = "N")]
+    pub pftrace_split_seconds: Option<String>,
     /// Keep only kernels whose name matches this regex.
     #[arg(long, value_name = "RE")]
     pub kernel_include_regex: Option<String>,
@@ -161,6 +171,7 @@ impl LaunchPlan {
         flag(&mut env, t.memory_copy_trace, "RPROF_MEMORY_COPY_TRACE");
         flag(&mut env, t.serialize_kernels, "RPROF_SERIALIZE_KERNELS");
         flag(&mut env, t.stats, "RPROF_STATS");
+        flag(&mut env, t.summary, "RPROF_SUMMARY");
         flag(&mut env, t.truncate_kernels, "RPROF_TRUNCATE_KERNELS");
         let mut opt = |v: &Option<String>, name: &str| {
             if let Some(v) = v {
@@ -175,6 +186,7 @@ impl LaunchPlan {
         );
         opt(&t.output_name, "RPROF_OUTPUT_NAME");
         opt(&t.output_format, "RPROF_OUTPUT_FORMAT");
+        opt(&t.pftrace_split_seconds, "RPROF_PFTRACE_SPLIT_SECONDS");
         opt(&t.kernel_include_regex, "RPROF_KERNEL_INCLUDE_REGEX");
         opt(&t.kernel_exclude_regex, "RPROF_KERNEL_EXCLUDE_REGEX");
         let tracing = t.kernel_trace
@@ -182,6 +194,7 @@ impl LaunchPlan {
             || t.rpc_trace
             || t.serialize_kernels
             || t.stats
+            || t.summary
             || t.marker_trace
             || t.memory_copy_trace;
         let emulated = match t.device {
@@ -237,8 +250,6 @@ pub const ROCPROFV3_UNIMPLEMENTED: &[&str] = &[
     "--agent-index",
     "-A",
     "--minimum-output-data",
-    "--summary",
-    "-S",
     "--summary-per-domain",
     "-D",
     "--summary-groups",
@@ -267,7 +278,8 @@ pub fn unknown_option_message(arg: &str) -> String {
     if ROCPROFV3_UNIMPLEMENTED.contains(&name) {
         format!(
             "rprof: error: {name} is a rocprofv3 option rprof does not implement \
-             (rprof records kernel dispatches: --kernel-trace, --sys-trace, --stats; \
+             (rprof records kernels, memory copies and ROCTx markers: --kernel-trace, \
+             --memory-copy-trace, --marker-trace, --sys-trace for all three, --stats, --summary; \
              see rprof --help)"
         )
     } else {
@@ -418,6 +430,54 @@ mod tests {
         assert!(p.tracing);
         assert!(p.env.contains(&("RPROF_SYS_TRACE".into(), "1".into())));
         assert!(parse(&["rprof", "-s", "./app"]).trace.sys_trace);
+    }
+
+    /// `rprof --help` says what --sys-trace turns on (kernels, copies and
+    /// markers), not the kernel trace alone.
+    #[test]
+    fn help_says_what_sys_trace_turns_on() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let line = help
+            .split("-s, --sys-trace")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").next())
+            .expect("a --sys-trace entry");
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            line,
+            "Every trace rprof has, as rocprofv3's --sys-trace (kernels, memory copies, \
+             ROCTx markers; --rpc-trace is rprof's own diagnostic and stays separate)"
+        );
+        assert!(help.contains("kernel dispatches, memory copies and ROCTx markers"));
+        assert!(unknown_option_message("--hip-trace").contains("--sys-trace for all three"));
+    }
+
+    #[test]
+    fn summary_and_split_map_to_their_variables() {
+        let c = parse(&[
+            "rprof",
+            "-S",
+            "--output-format",
+            "none",
+            "--pftrace-split-seconds",
+            "2.5",
+            "./app",
+        ]);
+        let p = LaunchPlan::from_cli(&c.trace, true);
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert!(p.tracing);
+        assert_eq!(get("RPROF_SUMMARY"), Some("1"));
+        assert_eq!(get("RPROF_OUTPUT_FORMAT"), Some("none"));
+        assert_eq!(get("RPROF_PFTRACE_SPLIT_SECONDS"), Some("2.5"));
+        assert!(parse(&["rprof", "--summary", "./app"]).trace.summary);
+        // rocprofv3's other summary options are still refused by name.
+        let e = Cli::try_parse_from(["rprof", "--summary-output-file", "x", "./app"]).unwrap_err();
+        let msg = unknown_option_message(&unknown_argument(&e).unwrap());
+        assert!(
+            msg.contains("rocprofv3 option rprof does not implement"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::ffi::c_void;
 use std::os::fd::BorrowedFd;
 
 use hsa_sys::*;
-use rprof_core::code_object::{kernel_resources, KernelResources};
+use rprof_core::code_object::{
+    kernel_resources, register_loaded, KernelResources, LoadedCodeObject,
+};
 
 use crate::runtime::Runtime;
 
@@ -65,15 +67,16 @@ impl Loader {
         })
     }
 
-    /// The kernels of every code object loaded into `executable`, with what could
-    /// not be read.
+    /// The kernels of every code object loaded into `executable`, each with the
+    /// id of its code object in the process's register (every loaded code
+    /// object is registered, [`register_loaded`]), with what could not be read.
     pub fn kernel_resources(
         &self,
         executable: hsa_executable_t,
-    ) -> (Vec<KernelResources>, Vec<Unreadable>) {
+    ) -> (Vec<(u64, KernelResources)>, Vec<Unreadable>) {
         struct Visit {
             loader: Loader,
-            kernels: Vec<KernelResources>,
+            kernels: Vec<(u64, KernelResources)>,
             unreadable: Vec<Unreadable>,
         }
         unsafe extern "C" fn visit(
@@ -84,8 +87,11 @@ impl Loader {
             // SAFETY: `data` is the `Visit` below, alive and not otherwise borrowed
             // for the whole iteration.
             let v = unsafe { &mut *data.cast::<Visit>() };
-            let found =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| v.loader.read(object)));
+            let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let (described, kernels) = v.loader.read(object);
+                let id = register_loaded(described);
+                kernels.map(|k| k.into_iter().map(|k| (id, k)).collect::<Vec<_>>())
+            }));
             match found {
                 Ok(Ok(mut kernels)) => v.kernels.append(&mut kernels),
                 Ok(Err(why)) => v.unreadable.push(why),
@@ -125,21 +131,87 @@ impl Loader {
         (status == HSA_STATUS_SUCCESS).then_some(value)
     }
 
-    fn read(&self, object: hsa_loaded_code_object_t) -> Result<Vec<KernelResources>, Unreadable> {
+    /// What the loader says about a loaded code object (for the rocpd
+    /// output), and its kernels.
+    fn read(
+        &self,
+        object: hsa_loaded_code_object_t,
+    ) -> (LoadedCodeObject, Result<Vec<KernelResources>, Unreadable>) {
+        let mut described = self.describe(object);
         // SAFETY: STORAGE_TYPE is a 32-bit enum.
         let storage = unsafe {
             self.info::<u32>(
                 object,
                 HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_CODE_OBJECT_STORAGE_TYPE,
             )
-        }
-        .ok_or_else(|| Unreadable("the loader does not say where it is stored".into()))?;
-        let bytes = match storage {
-            HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY => self.memory_bytes(object)?,
-            HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_FILE => self.file_bytes(object)?,
-            other => return Err(Unreadable(format!("storage type {other} has no bytes"))),
         };
-        kernel_resources(&bytes).map_err(|e| Unreadable(e.to_string()))
+        described.in_memory = storage == Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY);
+        let bytes = match storage {
+            None => Err(Unreadable(
+                "the loader does not say where it is stored".into(),
+            )),
+            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY) => self.memory_bytes(object),
+            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_FILE) => self.file_bytes(object),
+            Some(other) => Err(Unreadable(format!("storage type {other} has no bytes"))),
+        };
+        let kernels = bytes.and_then(|bytes| {
+            described.size = bytes.len() as u64;
+            kernel_resources(&bytes).map_err(|e| Unreadable(e.to_string()))
+        });
+        (described, kernels)
+    }
+
+    /// The loader's URI, load base, size and delta, and agent of `object`
+    /// (what it does not answer stays empty or 0).
+    fn describe(&self, object: hsa_loaded_code_object_t) -> LoadedCodeObject {
+        // SAFETY: each attribute with its type: AGENT an hsa_agent_t (one u64
+        // handle), LOAD_BASE and LOAD_SIZE u64, LOAD_DELTA i64, URI_LENGTH u32.
+        let (agent, load_base, load_size, load_delta, uri_len) = unsafe {
+            (
+                self.info::<u64>(object, HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_AGENT),
+                self.info::<u64>(object, HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_LOAD_BASE),
+                self.info::<u64>(object, HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_LOAD_SIZE),
+                self.info::<i64>(
+                    object,
+                    HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_LOAD_DELTA,
+                ),
+                self.info::<u32>(
+                    object,
+                    HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_URI_LENGTH,
+                ),
+            )
+        };
+        let uri = uri_len
+            .filter(|&n| n > 0 && n < 1 << 20)
+            .and_then(|n| {
+                // URI writes `n` bytes, without a terminator; leave room anyway.
+                let mut buf = vec![0u8; n as usize + 1];
+                // SAFETY: the runtime writes URI_LENGTH bytes into a buffer one longer.
+                let status = unsafe {
+                    (self.get_info)(
+                        object,
+                        HSA_VEN_AMD_LOADER_LOADED_CODE_OBJECT_INFO_URI,
+                        buf.as_mut_ptr().cast(),
+                    )
+                };
+                (status == HSA_STATUS_SUCCESS).then(|| {
+                    buf.truncate(n as usize);
+                    String::from_utf8_lossy(&buf)
+                        .trim_end_matches('\0')
+                        .to_string()
+                })
+            })
+            .unwrap_or_default();
+        LoadedCodeObject {
+            id: 0,
+            agent_handle: agent.unwrap_or(0),
+            uri,
+            load_base: load_base.unwrap_or(0),
+            load_size: load_size.unwrap_or(0),
+            load_delta: load_delta.unwrap_or(0),
+            in_memory: false,
+            size: 0,
+        }
     }
 
     fn memory_bytes(&self, object: hsa_loaded_code_object_t) -> Result<Vec<u8>, Unreadable> {

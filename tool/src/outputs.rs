@@ -11,6 +11,7 @@ use rprof_core::output::csv::CsvSink;
 use rprof_core::output::json::JsonSink;
 use rprof_core::output::perfetto::{PerfettoOptions, PerfettoSink, WriterOptions};
 use rprof_core::output::rocpd::RocpdSink;
+use rprof_core::output::split::{part_path, SplitPerfettoSink};
 use rprof_core::output::stats::StatsSink;
 use rprof_core::sink::RecordSink;
 
@@ -52,13 +53,28 @@ fn open_each(
             WriterOptions::default()
         };
         let p = path(".pftrace")?;
-        sinks.push(Box::new(PerfettoSink::with_options(
-            &p,
-            PerfettoOptions {
-                encoding,
-                ..Default::default()
-            },
-        )?));
+        let options = PerfettoOptions {
+            encoding,
+            ..Default::default()
+        };
+        match config.pftrace_split_ns {
+            Some(window) => {
+                // The parts are created as the trace reaches them: refuse
+                // now if an earlier run's second part is in the way.
+                let second = part_path(&p, 1);
+                if std::fs::symlink_metadata(&second).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!(
+                            "{} already exists (an earlier run's split trace): remove it, or choose another name with -o/--output-file",
+                            second.display()
+                        ),
+                    ));
+                }
+                sinks.push(Box::new(SplitPerfettoSink::create(&p, window, options)?));
+            }
+            None => sinks.push(Box::new(PerfettoSink::with_options(&p, options)?)),
+        }
         created.push(p);
     }
     if config.formats.csv {
@@ -80,6 +96,9 @@ fn open_each(
         let p = path("_kernel_stats.csv")?;
         sinks.push(Box::new(StatsSink::create(p.clone(), true)?));
         created.push(p);
+    } else if config.summary {
+        // --summary without --stats: the same table on stderr, no file.
+        sinks.push(Box::new(StatsSink::new(None, true)));
     }
     Ok(sinks)
 }
@@ -106,6 +125,34 @@ mod tests {
             hostname: "h".into(),
         };
         TraceConfig::from_source(&lookup, &facts).unwrap().unwrap()
+    }
+
+    #[test]
+    fn the_reported_files_are_the_sinks_files_in_their_order() {
+        // The writer reports each sink's outcome by position in
+        // `report::output_files`: it must list what `open_each` creates, in
+        // the same order (rocpd between JSON and the statistics was missing).
+        for (formats, stats) in [
+            ("pftrace,csv,json,rocpd", true),
+            ("rocpd", true),
+            ("csv,rocpd", false),
+            ("pftrace", true),
+        ] {
+            let dir = std::env::temp_dir().join(format!(
+                "rprof-outputs-order-{}-{}",
+                std::process::id(),
+                formats.replace(',', "-")
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let cfg = config(&dir, formats, stats);
+            let mut created = Vec::new();
+            let sinks = open_each(&cfg, &mut created).unwrap();
+            assert_eq!(created, crate::report::output_files(&cfg), "{formats}");
+            assert_eq!(sinks.len(), created.len(), "{formats}");
+            drop(sinks);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     #[test]

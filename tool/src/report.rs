@@ -31,7 +31,8 @@ pub const REPORT_DIR_VAR: &str = "RPROF_REPORT_DIR";
 pub const REPORT_SUFFIX: &str = ".report";
 
 /// The files the sinks write, in the order `outputs::open_outputs` opens
-/// them (Perfetto, CSV, JSON, statistics).
+/// them (Perfetto, CSV, JSON, rocpd, statistics): the writer reports each
+/// sink's outcome by this position.
 pub fn output_files(config: &TraceConfig) -> Vec<PathBuf> {
     let mut v = Vec::new();
     if config.formats.pftrace {
@@ -42,6 +43,9 @@ pub fn output_files(config: &TraceConfig) -> Vec<PathBuf> {
     }
     if config.formats.json {
         v.push(config.output_path("_results.json"));
+    }
+    if config.formats.rocpd {
+        v.push(config.output_path("_results.db"));
     }
     if config.stats {
         v.push(config.output_path("_kernel_stats.csv"));

@@ -132,6 +132,10 @@ pub unsafe extern "C" fn roctxMarkA(msg: *const c_char) {
         unsafe { std::mem::transmute::<usize, StrFn>(f)(msg) };
     }
     guarded("roctxMarkA", (), || {
+        if wanted() & RENAME != 0 && !msg.is_null() {
+            // SAFETY: the caller's contract.
+            marker::rename_mark(Some(unsafe { message(msg) }));
+        }
         if !enabled() {
             return;
         }
@@ -172,6 +176,9 @@ pub unsafe extern "C" fn roctxRangePushA(msg: *const c_char) -> c_int {
         } else {
             ""
         };
+        if wanted() & RENAME != 0 {
+            marker::rename_push((!msg.is_null()).then_some(text));
+        }
         marker::range_push(text, marker::next_marker_id(), start) as c_int
     });
     real.unwrap_or(ours)
@@ -188,6 +195,9 @@ pub extern "C" fn roctxRangePop() -> c_int {
     let ours = guarded("roctxRangePop", -1, || {
         match marker::range_pop(current_thread_id(), boottime_ns()) {
             Some((rec, level)) => {
+                if wanted() & RENAME != 0 {
+                    marker::rename_pop();
+                }
                 if enabled() {
                     marker::emit(Record::Marker(rec));
                 }
@@ -286,6 +296,11 @@ pub unsafe extern "C" fn roctxNameOsThread(name: *const c_char) -> c_int {
         }
     });
     real.unwrap_or(0)
+}
+
+/// Whether ROCTx calls are recorded (`--marker-trace`).
+pub(crate) fn recording() -> bool {
+    enabled()
 }
 
 /// Why the application's ROCTx calls cannot reach this library, if they

@@ -123,6 +123,18 @@ fn expected_outputs(plan: &LaunchPlan, child_pid: u32) -> (Vec<PathBuf>, Vec<(Pa
     let mut rpc = Vec::new();
     if let Ok(Some(cfg)) = TraceConfig::from_source(&lookup, &facts) {
         expected = rprof_tool::report::output_files(&cfg);
+        // --pftrace-split-seconds: NAME_part1.pftrace, ... were written by
+        // the sink of NAME.pftrace (finished when it is), as far as they go.
+        if cfg.formats.pftrace && cfg.pftrace_split_ns.is_some() {
+            let first = cfg.output_path(".pftrace");
+            for k in 1.. {
+                let part = rprof_core::output::split::part_path(&first, k);
+                if std::fs::symlink_metadata(&part).is_err() {
+                    break;
+                }
+                rpc.push((part, first.clone()));
+            }
+        }
         if cfg.marker_trace && cfg.stats {
             rpc.push((
                 cfg.output_path("_marker_api_stats.csv"),
@@ -217,7 +229,7 @@ pub fn report_outputs(plan: &LaunchPlan, child_pid: u32, lines: &[String], earli
             );
         }
     }
-    if seen.is_empty() {
+    if seen.is_empty() && !summary_only(plan, child_pid) {
         let earlier_run = expected.iter().any(from_earlier_run);
         print_nothing_written(child_pid, earlier_run);
     }
@@ -239,6 +251,21 @@ fn parse_report(lines: &[String]) -> (Vec<PathBuf>, Vec<(PathBuf, String)>) {
         }
     }
     (done, incomplete)
+}
+
+/// Whether the run asked for the summary alone (`--output-format none` with
+/// `--summary`, no `--stats` file): then no file is the expected outcome,
+/// and the summary on stderr says the process was traced.
+fn summary_only(plan: &LaunchPlan, child_pid: u32) -> bool {
+    let facts = ProcessFacts {
+        pid: child_pid,
+        ppid: std::process::id(),
+        hostname: rprof_core::config::hostname(),
+    };
+    matches!(
+        TraceConfig::from_source(&plan.lookup(), &facts),
+        Ok(Some(cfg)) if cfg.formats.is_none() && !cfg.stats
+    )
 }
 
 fn print_nothing_written(child_pid: u32, earlier_run: bool) {

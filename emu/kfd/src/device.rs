@@ -11,8 +11,9 @@
 //! so the runtime's 64-bit doorbell stores land where the command processor polls; events (2) map the event page
 //! KFD allocates on an APU; MMIO (0) is a plain page nobody reads.
 //!
-//! Events: signal ids are the core's (1..4095 here: KFD's page has 4096 slots and slot 0 is reserved; the 4096th
-//! is refused with ENOSPC as KFD does). The first `CREATE_EVENT` of a dGPU process hands over the thunk's event
+//! Events: signal ids are the core's, 1..=4096, as many as KFD allows (its page has 4096 slots; KFD numbers them
+//! from 0, the core from 1, so id 4096 takes slot 0: slot = id mod 4096); the 4097th is refused with ENOSPC as KFD
+//! does. The first `CREATE_EVENT` of a dGPU process hands over the thunk's event
 //! page (a GTT BO), which is filled with 0xFF; the command processor writes event ids into its slots, which are
 //! in tracked memory.
 //!
@@ -667,7 +668,7 @@ fn wait_events(r: &Request) -> Reply {
         let d: EventData = unsafe { std::ptr::read_unaligned(events.add(i)) };
         ids.push(d.event_id);
         // Signal events carry `last_event_age` first in the union (KFD >= 1.14); others carry no age.
-        ages.push(if aged && d.event_id < EVENT_SLOTS {
+        ages.push(if aged && d.event_id <= EVENT_SLOTS {
             d.payload[0]
         } else {
             0
@@ -683,7 +684,7 @@ fn wait_events(r: &Request) -> Reply {
         .wait_aged(&ids, &mut ages, w.wait_for_all != 0, timeout);
     if result.is_ok() && aged {
         for (i, age) in ages.iter().enumerate() {
-            if ids[i] < EVENT_SLOTS && *age != 0 {
+            if ids[i] <= EVENT_SLOTS && *age != 0 {
                 // SAFETY: as above; the age is the first u64 of entry `i`.
                 unsafe { std::ptr::write_unaligned(events.add(i) as *mut u64, *age) };
             }
@@ -912,14 +913,14 @@ fn new_event(emu: &Emulator, c: &mut CreateEvent) -> Result<(), c_int> {
         .events
         .create(signal, c.auto_reset == 0, false)
         .map_err(|_| libc::ENOSPC)?;
-    if signal && id >= EVENT_SLOTS {
+    if signal && id > EVENT_SLOTS {
         let _ = emu.events.destroy(id);
         return Err(libc::ENOSPC);
     }
     c.event_id = id;
     if signal {
         c.event_trigger_data = id;
-        c.event_slot_index = id;
+        c.event_slot_index = id % EVENT_SLOTS;
         c.event_page_offset = MMAP_TYPE_EVENTS << MMAP_TYPE_SHIFT;
     } else {
         c.event_trigger_data = 0;

@@ -9,6 +9,9 @@
 // `marker_app copies` (tests/marker_trace.rs, --sys-trace) adds, after the above, a push/pop range "copies" holding
 // 3 rounds of: pageable hipMemcpy H2D (16 KiB), k_copy, pageable hipMemcpy D2H (16 KiB), pinned hipMemcpyAsync H2D
 // (1 MiB), pinned hipMemcpyAsync D2H (1 MiB), and a mark "copied" after each round: ROCTx calls 18 + 2 + 3 = 23.
+// `marker_app unclosed` (tests/marker_trace.rs) adds, after the above, ranges left open at exit: a thread that
+// pushes "thread-left-open" and ends, then on main pushes "left-open-outer" > "left-open-inner", starts
+// "left-started", and marks "last-mark": ROCTx calls 18 + 5 = 23; markers written 11 + 1 (the mark).
 // Built with -DSHIPPED_ROCTX, it links to the ROCTx library the runtime's Debian ships (roctracer's libroctx64,
 // which has no roctxNameOsThread): no thread names, and the calls the library received are counted through its
 // tracer hook roctxRegisterTracerCallback (called once per ROCTx call): 16.
@@ -120,6 +123,13 @@ int main(int argc, char** argv) {
   worker.join();
   CHECK(hipFree(buf));
   if (argc > 1 && strcmp(argv[1], "copies") == 0) copies();
+  if (argc > 1 && strcmp(argv[1], "unclosed") == 0) {
+    std::thread([] { roctxRangePushA("thread-left-open"); }).join();
+    roctxRangePushA("left-open-outer");
+    roctxRangePushA("left-open-inner");
+    roctxRangeStartA("left-started");
+    roctxMarkA("last-mark");
+  }
   printf("LEVELS push_outer=%d push_inner=%d pop_inner=%d pop_outer=%d pop_empty=%d range_id=%llu\n", push_outer,
          push_inner, pop_inner, pop_outer, pop_empty, (unsigned long long)id);
   printf("ROCTX_CALLS %lu\n", roctx_test_calls());

@@ -47,6 +47,13 @@ impl Session {
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
+        if std::process::id() != self.engine.options().pid {
+            // A child of the traced process made without the fork handler
+            // (a raw `clone`): rprof's threads and files are the parent's;
+            // never wait for them, never report them.
+            super::lifecycle::forget_in_child(self);
+            return;
+        }
         let t0 = Instant::now();
         self.wait_for_undelivered_packets(t0);
         if at_exit {
@@ -162,6 +169,14 @@ impl Session {
     /// The records lost, and with `RPROF_VERBOSE` one summary line.
     fn summarise(&self, o: &WriterOutcome, why: &str, t0: Instant) {
         let m = &o.metadata;
+        if crate::roctx::recording() {
+            let unpopped = rprof_core::marker::unpopped_ranges();
+            if let Some(w) =
+                rprof_core::marker::unclosed_ranges_warning(unpopped, o.unfinished_ranges)
+            {
+                eprintln!("{w}");
+            }
+        }
         if m.records_lost > 0 {
             eprintln!(
                 "rprof: {} records could not be recorded (see the run metadata)",
@@ -172,8 +187,11 @@ impl Session {
             return;
         }
         let stats = self.source.pool().stats();
+        let (completion_cpu, writer_cpu) =
+            super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
+        let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns",
+            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch",
             t0.elapsed(),
             m.dispatches,
             m.filtered_out,
@@ -185,6 +203,8 @@ impl Session {
             stats.acquire_waits,
             o.intercept_calls,
             o.intercept_ns / o.intercept_calls.max(1),
+            per_dispatch(completion_cpu),
+            per_dispatch(writer_cpu),
         );
     }
 

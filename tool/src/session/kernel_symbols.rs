@@ -59,8 +59,9 @@ fn resources_of(
     }
     kernels
         .into_iter()
-        .map(|k| {
+        .map(|(code_object_id, k)| {
             let counts = KernelResourceCounts {
+                code_object_id,
                 sgpr_count: k.sgpr_count,
                 arch_vgpr_count: k.vgpr_count,
                 accum_vgpr_count: k.agpr_count,

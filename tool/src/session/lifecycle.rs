@@ -39,7 +39,9 @@ pub fn on_unload() {
 }
 
 /// In a child created by `fork`: the completion and writer threads do not
-/// exist there, so stop tracing and never wait for them.
+/// exist there, so stop tracing and never wait for them. (A child made
+/// without this handler, by a raw `clone`, is caught by the flush's pid
+/// check instead.)
 extern "C" fn in_forked_child() {
     guarded(
         "the fork handler",
@@ -47,11 +49,18 @@ extern "C" fn in_forked_child() {
         || {
             if let Some(s) = session() {
                 s.finished.store(true, Ordering::Release);
-                s.engine.forked_child();
-                crate::terminate::in_forked_child();
+                forget_in_child(s);
             }
         },
     )
+}
+
+/// What a child of the traced process does with the session it inherited
+/// (from the fork handler, or from the flush when no handler ran: a raw
+/// `clone`): nothing is traced, no thread waited for, nothing reported.
+pub(super) fn forget_in_child(s: &super::Session) {
+    s.engine.forked_child();
+    crate::terminate::in_forked_child();
 }
 
 /// The flush for SIGTERM / SIGINT (`terminate`), on rprof's signal thread.

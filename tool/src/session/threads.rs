@@ -5,6 +5,7 @@
 //! them degrades to; must not hold tracing logic (that is
 //! `rprof_core::engine`) nor stop them (the flush does).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -36,6 +37,56 @@ fn yield_to_the_app() {
     }
 }
 
+/// CPU time each background thread used, in ns, stored when it ends (for
+/// the `RPROF_VERBOSE` summary and the benchmark: rprof's own cost, which
+/// the whole command's wall time mixes with the app's and the GPU's).
+static COMPLETION_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static WRITER_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// CPU time of the calling thread, in ns (0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec that we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time so far of a thread that may still run (at exit the completion
+/// thread keeps recycling signals), in ns.
+fn running_cpu_ns(thread: &JoinHandle<()>) -> Option<u64> {
+    use std::os::unix::thread::JoinHandleExt;
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the handle keeps the thread joinable (its pthread_t valid);
+    // both calls write only the locals passed.
+    let rc = unsafe {
+        if libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) != 0 {
+            return None;
+        }
+        libc::clock_gettime(clock, &mut ts)
+    };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// (completion, writer) CPU time in ns: `completion` is the completion
+/// thread's handle if it still runs; the writer has ended.
+pub(super) fn cpu_ns(completion: Option<&JoinHandle<()>>) -> (u64, u64) {
+    let ended = COMPLETION_CPU_NS.load(Ordering::Acquire);
+    (
+        completion.and_then(running_cpu_ns).unwrap_or(ended),
+        WRITER_CPU_NS.load(Ordering::Acquire),
+    )
+}
+
 /// Starts the completion thread (recycling signals through `backend`) and
 /// the writer thread (feeding `sinks`).
 pub(super) fn start(
@@ -57,21 +108,24 @@ pub(super) fn start(
                 // so interceptors never wait for this thread.
                 || e.completion_failed(),
                 || e.run_completion(&backend),
-            )
+            );
+            COMPLETION_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
         })?;
     let writer = std::thread::Builder::new()
         .name("rprof-writer".into())
         .spawn(move || {
             yield_to_the_app();
             let e = engine.clone();
-            guarded(
+            let outcome = guarded(
                 "the writer thread",
                 move || {
                     e.writer_failed();
                     WriterOutcome::default()
                 },
                 || engine.run_writer(&mut sinks, &mut &*kernels, &run, &agents),
-            )
+            );
+            WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
+            outcome
         })?;
     Ok((completion, writer))
 }
