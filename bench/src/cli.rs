@@ -190,6 +190,19 @@ mod tests {
     }
 
     #[test]
+    fn peer_runs_when_named_or_given_a_root() {
+        let o = parse(&[]).unwrap();
+        assert!(o.peer_root.is_none() && !o.want(Section::Peer) && o.want(Section::Storm));
+        let o = parse(&["--peer-root", "/var/tmp/peer-roots/sid"]).unwrap();
+        assert_eq!(o.peer_root, Some(PathBuf::from("/var/tmp/peer-roots/sid")));
+        assert!(o.want(Section::Peer) && o.want(Section::Storm));
+        let o = parse(&["--only", "peer"]).unwrap();
+        assert!(o.want(Section::Peer) && !o.want(Section::Storm));
+        let o = parse(&["--peer-root", "/r", "--only", "storm"]).unwrap();
+        assert!(!o.want(Section::Peer));
+    }
+
+    #[test]
     fn bad_arguments_are_refused() {
         for args in [
             &["--reps", "x"][..],
