@@ -536,9 +536,14 @@ fn compare(
         };
         if truth.copies > 0 {
             let sep = if counts.is_empty() { "" } else { "; " };
+            let verdict = if last.copies == truth.copies {
+                "exact"
+            } else {
+                "WRONG"
+            };
             let _ = write!(
                 counts,
-                "{sep}copy rows {} (API copies {})",
+                "{sep}copy rows {} of {} {verdict}",
                 last.copies, truth.copies
             );
         }
