@@ -115,6 +115,17 @@ pub fn run_rprof_into(label: &str, extra: &[&str], args: &[&str]) -> Run {
 /// <args>` on the selected runtime in a fresh run directory: the options are
 /// exactly `rprof_args` (no trace option or format added).
 pub fn run_rprof_raw(label: &str, rprof_args: &[&str], args: &[&str]) -> Run {
+    run_rprof_raw_with_env(label, rprof_args, args, &[])
+}
+
+/// [`run_rprof_raw`] with `env` set for the run (after the inherited
+/// `RPROF_*` variables are cleared), e.g. the emulated GPU's kernel time.
+pub fn run_rprof_raw_with_env(
+    label: &str,
+    rprof_args: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let (app, kernels) = trace_app();
     let dir = fresh_dir(label);
     let mut cmd = Runtime::selected().command(&build().rprof, &[]);
@@ -127,6 +138,9 @@ pub fn run_rprof_raw(label: &str, rprof_args: &[&str], args: &[&str]) -> Run {
         .arg(kernels)
         .args(args);
     clear_rprof_env(&mut cmd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     run_with_timeout(cmd, dir)
 }
 
