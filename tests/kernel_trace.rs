@@ -820,15 +820,6 @@ fn assert_whole_outputs(run: &Run) -> (Vec<Row>, serde_json::Value) {
     (rows, json)
 }
 
-/// `rprof: wrote PATH` lines of the command's report.
-fn reported_written(run: &Run) -> BTreeSet<String> {
-    run.stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("rprof: wrote "))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn exit_while_other_threads_keep_launching_flushes_a_whole_trace() {
     // Issue 12: main calls exit(0) while 3 threads keep launching kernels on
@@ -859,7 +850,7 @@ fn exit_while_other_threads_keep_launching_flushes_a_whole_trace() {
         rows.len()
     );
     assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
-    let written = reported_written(&run);
+    let written = run.reported_written();
     for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
         let p = run.output(suffix).display().to_string();
         assert!(
@@ -924,7 +915,7 @@ fn files_the_process_could_not_finish_are_never_reported_as_written() {
     // `_exit` skips every flush: the files exist but are unfinished.
     let run = run_rprof("underscore-exit", &[], &["exit", "50", "_exit"]);
     assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
-    assert!(reported_written(&run).is_empty(), "stderr:\n{}", run.stderr);
+    assert!(run.reported_written().is_empty(), "stderr:\n{}", run.stderr);
     for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
         let p = run.output(suffix).display().to_string();
         assert!(
@@ -1056,7 +1047,7 @@ fn sigterm_and_sigint_flush_the_trace_then_end_the_app_by_the_signal() {
         let (rows, json) = assert_whole_outputs(&run);
         assert_eq!(rows.len(), 90, "SIG{sig}");
         assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
-        let written = reported_written(&run);
+        let written = run.reported_written();
         for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
             let p = run.output(suffix).display().to_string();
             assert!(
@@ -1079,7 +1070,7 @@ fn sigkill_leaves_a_readable_prefix_flushed_within_100_ms() {
     assert_eq!(rows.len(), 90);
     check_pftrace(&run.output(".pftrace"));
     // Unfinished files are never reported as written.
-    assert!(reported_written(&run).is_empty(), "{}", run.stderr);
+    assert!(run.reported_written().is_empty(), "{}", run.stderr);
     for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
         let p = run.output(suffix).display().to_string();
         assert!(
@@ -1088,16 +1079,6 @@ fn sigkill_leaves_a_readable_prefix_flushed_within_100_ms() {
             run.stderr
         );
     }
-}
-
-/// `trace_app <args>` on the emulated GPU without any tool.
-fn run_untraced(label: &str, args: &[&str]) -> Run {
-    let (app, kernels) = harness::artefacts::trace_app();
-    let dir = harness::fresh_dir(label);
-    let mut cmd = harness::Runtime::selected().command(app, &build().emulator().loader_env);
-    cmd.arg(kernels).args(args).env_remove("HSA_TOOLS_LIB");
-    harness::run::clear_rprof_env(&mut cmd);
-    harness::run_with_timeout(cmd, dir)
 }
 
 /// The program's `QUEUE_ERROR` lines.
@@ -1123,7 +1104,7 @@ fn bad_packets_reach_the_device_as_written_and_unknown_kernels_are_recorded() {
     // that queue stalls instead of faulting, as under any intercept-queue
     // tool (docs/reliability.md).
     const N: u64 = 10;
-    let plain = run_untraced("bad-packets-untraced", &["bad_packets", "10"]);
+    let plain = harness::trace_app::run_untraced("bad-packets-untraced", &["bad_packets", "10"]);
     assert_eq!(plain.code, Some(0), "{}\n{}", plain.stdout, plain.stderr);
     let expected = queue_errors(&plain);
     assert_eq!(expected.len(), 2, "untraced: {}", plain.stdout);
@@ -1399,7 +1380,7 @@ fn wrapped_apps_get_their_own_outputs(which: &str) {
         let run = harness::run_with_timeout(cmd, dir.clone());
         assert_eq!(run.code, Some(0), "{label}: {}\n{}", run.stdout, run.stderr);
         let files = files_under(&dir);
-        let written: Vec<String> = reported_written(&run).into_iter().collect();
+        let written: Vec<String> = run.reported_written().into_iter().collect();
         assert_eq!(
             written, files,
             "{label}: reported vs on disk; stderr:\n{}",
@@ -1468,7 +1449,7 @@ fn a_split_trace_holds_every_dispatch_once_in_parts_valid_alone() {
         run.elapsed,
         parts.len()
     );
-    let written = reported_written(&run);
+    let written = run.reported_written();
     let mut per_name: BTreeMap<String, u64> = BTreeMap::new();
     let mut pid = None;
     for part in &parts {

@@ -14,25 +14,6 @@ use harness::trace_app::run_traced;
 use harness::trace_app::Load;
 use harness::{build, Run};
 
-/// `trace_app <args>` on the emulated GPU without any tool.
-fn run_untraced(label: &str, args: &[&str]) -> Run {
-    let (app, kernels) = harness::artefacts::trace_app();
-    let dir = harness::fresh_dir(label);
-    let mut cmd = harness::Runtime::selected().command(app, &build().emulator().loader_env);
-    cmd.arg(kernels).args(args).env_remove("HSA_TOOLS_LIB");
-    harness::run::clear_rprof_env(&mut cmd);
-    harness::run_with_timeout(cmd, dir)
-}
-
-/// `rprof: wrote PATH` lines of the command's report.
-fn reported_written(run: &Run) -> BTreeSet<String> {
-    run.stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("rprof: wrote "))
-        .map(str::to_string)
-        .collect()
-}
-
 /// Every file under `dir`, recursively.
 fn files_under(dir: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -133,7 +114,7 @@ fn fork_without_exec(child: &str) -> Run {
     let mut argv = trace_app_argv();
     argv.extend(["fork", "30", child].map(String::from));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let untraced = run_untraced(&format!("fork-{child}-untraced"), &argv[2..]);
+    let untraced = harness::trace_app::run_untraced(&format!("fork-{child}-untraced"), &argv[2..]);
     assert_eq!(
         untraced.code,
         Some(0),
@@ -169,7 +150,7 @@ fn fork_without_exec(child: &str) -> Run {
         "every dispatch of the parent, before and after the fork"
     );
     assert_eq!(stem, pid.to_string(), "the files are the parent's");
-    assert_eq!(reported_written(&run), files, "stderr:\n{}", run.stderr);
+    assert_eq!(run.reported_written(), files, "stderr:\n{}", run.stderr);
     assert!(!run.stderr.contains("incomplete"), "{}", run.stderr);
     run
 }
@@ -235,7 +216,7 @@ fn check_ranks(run: &Run, ranks: u64) {
     }
     assert_eq!(files, expected, "stderr:\n{}", run.stderr);
     assert_eq!(pids.len() as u64, ranks, "one process per rank: {pids:?}");
-    assert_eq!(reported_written(run), files, "stderr:\n{}", run.stderr);
+    assert_eq!(run.reported_written(), files, "stderr:\n{}", run.stderr);
 }
 
 #[test]
@@ -318,7 +299,7 @@ fn an_app_holding_every_driver_event_is_traced_whole() {
     // `async_doorbell_`), none once they are gone. Every dispatch is traced.
     for (label, late, taken_by_rocr) in [("events", "early", 2u64), ("events-late", "late", 0)] {
         let args = ["events", "200", "0", "2", late];
-        let untraced = run_untraced(&format!("{label}-untraced"), &args);
+        let untraced = harness::trace_app::run_untraced(&format!("{label}-untraced"), &args);
         assert_eq!(
             untraced.code,
             Some(0),

@@ -35,6 +35,15 @@ pub struct Run {
 }
 
 impl Run {
+    /// The paths of the command's `rprof: wrote PATH` report lines.
+    pub fn reported_written(&self) -> std::collections::BTreeSet<String> {
+        self.stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("rprof: wrote "))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Panics with the run's output unless it exited 0.
     pub fn assert_success(&self) {
         assert!(

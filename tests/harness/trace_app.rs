@@ -144,6 +144,17 @@ pub fn run_rprof_raw_with_env(
     run_with_timeout(cmd, dir)
 }
 
+/// Runs `trace_app <code object> <args>` untraced on the emulated GPU of
+/// the selected runtime (no tool library, no `RPROF_*` variable).
+pub fn run_untraced(label: &str, args: &[&str]) -> Run {
+    let (app, kernels) = trace_app();
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(app, &build().emulator().loader_env);
+    cmd.arg(kernels).args(args).env_remove("HSA_TOOLS_LIB");
+    clear_rprof_env(&mut cmd);
+    run_with_timeout(cmd, dir)
+}
+
 /// The command [`run_traced`] runs (tool through `HSA_TOOLS_LIB`, kernel
 /// tracing on, output name `run`), not started, for tests that control the
 /// process themselves (kill it); and its fresh run directory.
