@@ -383,33 +383,44 @@ fn kernel_rename_alone_renames_without_recording_markers() {
     assert_eq!(json["marker_api"].as_array().unwrap().len(), 0);
 }
 
+/// Runs `rprof <trace_args> --output-format pftrace,csv,json,rocpd -o run`
+/// on `marker_app <mode>` in the fresh run directory `label`; asserts it
+/// succeeded.
+fn run_marker_app_every_format(label: &str, trace_args: &[&str], mode: &str) -> harness::Run {
+    let app = marker_app();
+    let b = build();
+    b.emulator();
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
+    cmd.args(trace_args)
+        .args([
+            "--output-format",
+            "pftrace,csv,json,rocpd",
+            "-o",
+            "run",
+            "-d",
+        ])
+        .arg(&dir)
+        .arg("--")
+        .arg(app)
+        .arg(mode);
+    clear_rprof_env(&mut cmd);
+    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
+    run.assert_success();
+    run
+}
+
 /// `marker_app unclosed`: ranges left open at exit (3 push/pop ranges, one
 /// of them on a thread that ended, and 1 start/stop range) are not in any
 /// output, as with rocprofv3 (a range is recorded when it ends), and the run
 /// says so once with the exact counts; the mark made after them is there.
 #[test]
 fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
-    let app = marker_app();
-    let b = build();
-    b.emulator();
-    let dir = fresh_dir("unclosed");
-    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
-    cmd.args([
-        "--kernel-trace",
-        "--marker-trace",
-        "--output-format",
-        "pftrace,csv,json,rocpd",
-        "-o",
-        "run",
-        "-d",
-    ])
-    .arg(&dir)
-    .arg("--")
-    .arg(app)
-    .arg("unclosed");
-    clear_rprof_env(&mut cmd);
-    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
-    run.assert_success();
+    let run = run_marker_app_every_format(
+        "unclosed",
+        &["--kernel-trace", "--marker-trace"],
+        "unclosed",
+    );
     assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
     assert!(run.stdout.contains("ROCTX_CALLS 23"), "{}", run.stdout);
     let said: Vec<&str> = run
@@ -556,26 +567,7 @@ fn rocpd_counts(db: &rusqlite::Connection, sql: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn sys_trace_counts_copies_markers_and_kernels_exactly_in_every_format() {
-    let app = marker_app();
-    let b = build();
-    b.emulator();
-    let dir = fresh_dir("sys-trace");
-    let mut cmd = Runtime::selected().command(&b.rprof, &[]);
-    cmd.args([
-        "--sys-trace",
-        "--output-format",
-        "pftrace,csv,json,rocpd",
-        "-o",
-        "run",
-        "-d",
-    ])
-    .arg(&dir)
-    .arg("--")
-    .arg(app)
-    .arg("copies");
-    clear_rprof_env(&mut cmd);
-    let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
-    run.assert_success();
+    let run = run_marker_app_every_format("sys-trace", &["--sys-trace"], "copies");
     assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
     assert!(run.stdout.contains(ROCTX_CALLS_COPIES), "{}", run.stdout);
 
