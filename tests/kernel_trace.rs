@@ -1309,24 +1309,6 @@ fn a_queue_destroyed_with_work_that_never_runs_costs_one_bounded_wait() {
     assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(10));
 }
 
-/// Every file under `dir`, recursively, sorted.
-fn files_under(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p.display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn apps_started_through_a_shell_get_their_own_outputs() {
     // Issue 12: a wrapper (here `sh -c` running two GPU programs and a
@@ -1379,10 +1361,10 @@ fn wrapped_apps_get_their_own_outputs(which: &str) {
         harness::run::clear_rprof_env(&mut cmd);
         let run = harness::run_with_timeout(cmd, dir.clone());
         assert_eq!(run.code, Some(0), "{label}: {}\n{}", run.stdout, run.stderr);
-        let files = files_under(&dir);
-        let written: Vec<String> = run.reported_written().into_iter().collect();
+        let files = harness::run::files_under(&dir);
         assert_eq!(
-            written, files,
+            run.reported_written(),
+            files,
             "{label}: reported vs on disk; stderr:\n{}",
             run.stderr
         );

@@ -14,23 +14,6 @@ use harness::trace_app::run_traced;
 use harness::trace_app::Load;
 use harness::{build, Run};
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.insert(p.display().to_string());
-            }
-        }
-    }
-    out
-}
-
 /// The value of the program's `KEY value` line.
 fn line<'a>(run: &'a Run, key: &str) -> Option<&'a str> {
     run.stdout
@@ -131,7 +114,7 @@ fn fork_without_exec(child: &str) -> Run {
         run.stderr
     );
     assert_eq!(run.launched().1, 60);
-    let files = files_under(&run.dir);
+    let files = harness::run::files_under(&run.dir);
     assert_eq!(files.len(), 3, "only the parent's three files: {files:?}");
     // Named `<hostname>/<pid>...` by default.
     let json = files
@@ -204,7 +187,7 @@ fn a_forked_child_calling_into_hsa_behaves_as_untraced_and_the_parent_trace_is_w
 /// `rprof` names exactly the files written.
 fn check_ranks(run: &Run, ranks: u64) {
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let files = files_under(&run.dir);
+    let files = harness::run::files_under(&run.dir);
     let mut expected = BTreeSet::new();
     let mut pids = BTreeSet::new();
     for r in 0..ranks {

@@ -104,6 +104,23 @@ pub fn clear_rprof_env(cmd: &mut Command) {
     }
 }
 
+/// Every file under `dir`, recursively (full paths).
+pub fn files_under(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.display().to_string());
+            }
+        }
+    }
+    out
+}
+
 /// Runs `cmd` with piped output and no input; kills it and panics (with its
 /// output so far) after `timeout`.
 pub fn run_with_timeout(cmd: Command, dir: PathBuf) -> Run {
