@@ -479,23 +479,60 @@ impl Started {
     /// engine's track and lanes as needed (copies sharing an engine may
     /// overlap: a shared completion signal, several SDMA queues).
     fn copy_lane(&mut self, agent: u32, engine: u32, start: u64, end: u64) -> io::Result<u64> {
-        let key = (agent, engine);
-        if let Some(t) = self.copy_tracks.get_mut(&key) {
-            if let Some(lane) = t.lanes.iter_mut().find(|l| l.last_end_ns <= start) {
+        let name = || copy_track_name(engine);
+        self.lane_in(
+            |s| &mut s.copy_tracks,
+            (agent, engine),
+            agent,
+            name,
+            start,
+            end,
+        )
+    }
+
+    /// The lane track for `rec`, creating queue and lane tracks as needed.
+    fn lane_for(&mut self, rec: &DispatchRecord) -> io::Result<u64> {
+        let name = || format!("queue {}", rec.queue_id);
+        let key = (rec.agent_index, rec.queue_id);
+        self.lane_in(
+            |s| &mut s.queues,
+            key,
+            rec.agent_index,
+            name,
+            rec.start_ns,
+            rec.end_ns,
+        )
+    }
+
+    /// The lane of track group `key` (in the map `tracks` selects) free at
+    /// `start`, now busy until `end`: the lowest whose last slice ended by
+    /// `start`, else a new lane; the group's track (under `agent`'s) is
+    /// made on first use. Lanes are named like their group (`name`, called
+    /// only when a track is written) so the UI merges them.
+    fn lane_in<K: Copy + Eq + std::hash::Hash>(
+        &mut self,
+        tracks: fn(&mut Self) -> &mut HashMap<K, QueueTracks>,
+        key: K,
+        agent: u32,
+        name: impl Fn() -> String,
+        start: u64,
+        end: u64,
+    ) -> io::Result<u64> {
+        if let Some(group) = tracks(self).get_mut(&key) {
+            if let Some(lane) = group.lanes.iter_mut().find(|l| l.last_end_ns <= start) {
                 lane.last_end_ns = end;
                 return Ok(lane.uuid);
             }
         } else {
             let parent = self.agent_track(agent)?;
             let uuid = self.new_uuid();
-            let name = copy_track_name(engine);
             self.writer.write_custom_track(&CustomTrack {
                 parent_uuid: Some(parent),
                 child_ordering: Some(ChildTracksOrdering::Explicit),
                 sibling_merge_behavior: Some(SiblingMergeBehavior::None),
-                ..CustomTrack::new(uuid, &name)
+                ..CustomTrack::new(uuid, &name())
             })?;
-            self.copy_tracks.insert(
+            tracks(self).insert(
                 key,
                 QueueTracks {
                     uuid,
@@ -503,63 +540,19 @@ impl Started {
                 },
             );
         }
+        // No free lane: add one.
         let uuid = self.new_uuid();
-        let t = self.copy_tracks.get_mut(&key).expect("inserted above");
-        let rank = t.lanes.len() as i32;
-        t.lanes.push(Lane {
+        let group = tracks(self).get_mut(&key).expect("inserted above");
+        let rank = group.lanes.len() as i32;
+        group.lanes.push(Lane {
             uuid,
             last_end_ns: end,
         });
-        let parent = t.uuid;
-        let name = copy_track_name(engine);
+        let parent = group.uuid;
         self.writer.write_custom_track(&CustomTrack {
             parent_uuid: Some(parent),
             sibling_order_rank: Some(rank),
-            ..CustomTrack::new(uuid, &name)
-        })?;
-        Ok(uuid)
-    }
-
-    /// The lane track for `rec`, creating queue and lane tracks as needed.
-    fn lane_for(&mut self, rec: &DispatchRecord) -> io::Result<u64> {
-        let key = (rec.agent_index, rec.queue_id);
-        if let Some(q) = self.queues.get_mut(&key) {
-            if let Some(lane) = q.lanes.iter_mut().find(|l| l.last_end_ns <= rec.start_ns) {
-                lane.last_end_ns = rec.end_ns;
-                return Ok(lane.uuid);
-            }
-        } else {
-            let parent = self.agent_track(rec.agent_index)?;
-            let uuid = self.new_uuid();
-            let name = format!("queue {}", rec.queue_id);
-            self.writer.write_custom_track(&CustomTrack {
-                parent_uuid: Some(parent),
-                child_ordering: Some(ChildTracksOrdering::Explicit),
-                sibling_merge_behavior: Some(SiblingMergeBehavior::None),
-                ..CustomTrack::new(uuid, &name)
-            })?;
-            self.queues.insert(
-                key,
-                QueueTracks {
-                    uuid,
-                    lanes: Vec::new(),
-                },
-            );
-        }
-        // No free lane: add one, named like its queue so the UI merges them.
-        let uuid = self.new_uuid();
-        let q = self.queues.get_mut(&key).expect("queue inserted above");
-        let rank = q.lanes.len() as i32;
-        q.lanes.push(Lane {
-            uuid,
-            last_end_ns: rec.end_ns,
-        });
-        let parent = q.uuid;
-        let name = format!("queue {}", rec.queue_id);
-        self.writer.write_custom_track(&CustomTrack {
-            parent_uuid: Some(parent),
-            sibling_order_rank: Some(rank),
-            ..CustomTrack::new(uuid, &name)
+            ..CustomTrack::new(uuid, &name())
         })?;
         Ok(uuid)
     }
