@@ -218,17 +218,8 @@ fn timed(mut cmd: Command, what: &str, err_path: &Path) -> Result<PeerRun, Error
     let child = cmd
         .spawn()
         .map_err(|e| Error::Failed(format!("{what}: cannot run bash: {e}")))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: wait4 on our own child with valid out-pointers; its rusage
-    // covers that child and the descendants it waited for (the app).
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::wait4(pid, &mut status, 0, &mut ru);
-        ru
-    };
+    let (exit, ru) = crate::run::wait_with_rusage(&child);
     let wall_s = start.elapsed().as_secs_f64();
-    let exit = std::process::ExitStatus::from_raw(status);
     if !exit.success() {
         let err = std::fs::read_to_string(err_path).unwrap_or_default();
         let tail: Vec<&str> = err.lines().rev().take(12).collect();

@@ -125,18 +125,8 @@ pub fn run(
     if let Some(mut out) = child.stdout.take() {
         let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
     }
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: wait4 on our own child with valid out-pointers. The rusage it
-    // returns covers that child and the descendants it waited for (the app),
-    // so ru_maxrss is this run's peak, not the maximum over all runs.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::wait4(pid, &mut status, 0, &mut ru);
-        ru
-    };
+    let (exit, ru) = wait_with_rusage(&child);
     let wall_s = start.elapsed().as_secs_f64();
-    let exit = std::process::ExitStatus::from_raw(status);
     if !exit.success() {
         return Err(Error::Failed(format!(
             "{tag} ({}) failed: status {:?}/{:?}\n{}",
@@ -245,4 +235,19 @@ pub fn rotate(
         }
     }
     Ok(out)
+}
+
+/// Reaps `child` with `wait4`: its exit status and the rusage of that child
+/// and the descendants it waited for (the app), so `ru_maxrss` is this
+/// run's peak, not the maximum over all runs.
+pub fn wait_with_rusage(child: &std::process::Child) -> (std::process::ExitStatus, libc::rusage) {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: wait4 on our own child with valid out-pointers.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::wait4(pid, &mut status, 0, &mut ru);
+        ru
+    };
+    (std::process::ExitStatus::from_raw(status), ru)
 }
