@@ -200,13 +200,11 @@ impl<S: DispatchSignal> Engine<S> {
         // its dispatches can complete.
         if let Some(region) = crate::marker::current_region() {
             if !ids.is_empty() {
-                self.push_record_from_app_thread(Record::KernelRegion(
-                    crate::marker::KernelRegionRecord {
-                        first_correlation_id: ids.correlation_id(0),
-                        count: ids.len() as u32,
-                        region,
-                    },
-                ));
+                self.push_record(Record::KernelRegion(crate::marker::KernelRegionRecord {
+                    first_correlation_id: ids.correlation_id(0),
+                    count: ids.len() as u32,
+                    region,
+                }));
             }
         }
         // Count before the device can possibly finish them.
@@ -286,7 +284,7 @@ impl<S: DispatchSignal> Engine<S> {
         if batch.untraced > 0 {
             self.count_lost(u64::from(batch.untraced));
         }
-        self.push_record_from_app_thread(Record::Intercept(InterceptRecord {
+        self.push_record(Record::Intercept(InterceptRecord {
             thread_id: caller.thread_id,
             queue_id: caller.queue.queue_id,
             agent_index: caller.queue.agent_index,

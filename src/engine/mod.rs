@@ -371,10 +371,9 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     /// Hands an RPC doorbell wake (from a wait wrapper on an application
-    /// thread) to the writer. Never blocks for long: see
-    /// `push_record_from_app_thread`.
+    /// thread) to the writer, with the back-pressure of [`Engine::push_app_record`].
     pub fn push_rpc_wake(&self, rec: crate::rpc::RpcWakeRecord) {
-        self.push_record_from_app_thread(Record::RpcWake(rec));
+        self.push_record(Record::RpcWake(rec));
     }
 
     /// Counts a doorbell-shaped wait on a signal without an event.
@@ -391,22 +390,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// writer took none for [`WRITER_STALL`], and then no thread waits again.
     pub fn push_app_record(&self, rec: Record) {
         if self.is_tracing() {
-            self.push_record_from_app_thread(rec);
+            self.push_record(rec);
         }
-    }
-
-    fn push_record_from_app_thread(&self, rec: Record) {
-        if self.writer_stalled.load(Ordering::Acquire) {
-            // A stuck writer: no app thread waits for it.
-            if self.records.push(rec).is_err() {
-                self.count_lost(1);
-            }
-            return;
-        }
-        // Back-pressure while the writer takes records; dropped (counted)
-        // only once it took none for WRITER_STALL (stuck), as for the
-        // completion thread.
-        self.push_record(rec);
     }
 
     /// Stops tracing new work, waits up to `timeout` for the dispatches in
