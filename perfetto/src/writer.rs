@@ -1,6 +1,7 @@
 //! [`TraceWriter`]: one packet at a time into a `BufWriter`.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use libdeflater::{CompressionLvl, Compressor};
 use std::io::{self, BufWriter, Write};
@@ -316,10 +317,16 @@ pub struct TraceWriter<W: Write> {
     zbuf: Vec<u8>,
     /// The bundles' compressor (libdeflate, level 1), reused.
     deflate: Option<Deflater>,
-    /// Reorder window (delta timestamps only): (timestamp, slot), sorted by
-    /// timestamp, ties in push order. An insert binary-searches its place;
-    /// the oldest event leaves from the front.
-    window: VecDeque<(u64, u32)>,
+    /// Reorder window (delta timestamps only): a min-heap of (timestamp,
+    /// push sequence, slot), so the oldest event leaves first and ties leave
+    /// in push order. Push and pop are O(log n) moves of 24-byte keys: a
+    /// sorted array paid a memmove of up to half the window per insert, and
+    /// a kernel's events land far from either end (they arrive when it
+    /// completes, behind the interceptor slices of the dispatches enqueued
+    /// since).
+    window: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Push sequence of the next event put into the window.
+    window_seq: u64,
     /// Encoded events in the window, minus their timestamp and flags.
     slots: Vec<Vec<u8>>,
     free_slots: Vec<u32>,
@@ -362,7 +369,8 @@ impl<W: Write> TraceWriter<W> {
             deflate: options
                 .compress
                 .then(|| Deflater(Compressor::new(DEFLATE_LEVEL))),
-            window: VecDeque::with_capacity(if options.delta_timestamps {
+            window_seq: 0,
+            window: BinaryHeap::with_capacity(if options.delta_timestamps {
                 REORDER_WINDOW + 1
             } else {
                 0
@@ -676,7 +684,11 @@ impl<W: Write> TraceWriter<W> {
     /// the bundle being filled.
     fn put_packet(&mut self, header: &[u8], body: &[u8]) -> io::Result<()> {
         if self.options.compress {
-            self.chunk.extend_from_slice(header);
+            // The 2-3 byte header pushed byte by byte: a slice copy compiled
+            // to a `memcpy` call, four per dispatch.
+            for &b in header {
+                self.chunk.push(b);
+            }
             self.chunk.extend_from_slice(body);
             if self.chunk.len() >= COMPRESS_CHUNK_BYTES {
                 self.flush_chunk()?;
@@ -855,14 +867,8 @@ impl<W: Write> TraceWriter<W> {
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
             u64::from(SEQUENCE_ID),
         );
-        // After every entry with a timestamp <= ts_ns: stable for ties. A
-        // binary search: a kernel's events arrive when it completes, behind
-        // the interceptor slices of the thousands of dispatches enqueued
-        // since, so they belong near the front of a full window (a scan back
-        // from the end walked ~2,000 entries per event). `VecDeque::insert`
-        // moves the shorter side, so front and back inserts are both cheap.
-        let at = self.window.partition_point(|&(t, _)| t <= ts_ns);
-        self.window.insert(at, (ts_ns, slot));
+        self.window.push(Reverse((ts_ns, self.window_seq, slot)));
+        self.window_seq += 1;
         self.packets += 1;
         if self.window.len() > REORDER_WINDOW {
             self.pop_window()?;
@@ -875,7 +881,7 @@ impl<W: Write> TraceWriter<W> {
     /// uses was interned before it was pushed, so its definition is in this
     /// packet or an earlier one.
     fn pop_window(&mut self) -> io::Result<()> {
-        let Some((ts_ns, slot)) = self.window.pop_front() else {
+        let Some(Reverse((ts_ns, _, slot))) = self.window.pop() else {
             return Ok(());
         };
         let (flags, has_interned) = self.next_flags_for(true, true);
