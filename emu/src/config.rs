@@ -124,6 +124,10 @@ pub struct Config {
     pub kernel_ns: Vec<(KernelKey, u64)>,
     /// How long the command processor keeps spinning after its last activity (µs).
     pub spin_us: u64,
+    /// While a running kernel ends within 20 µs, the command processor spins without yielding its core, as a
+    /// GPU runs its kernels whatever the host's threads do (`false`: it yields, gentler on a 1-core machine, but
+    /// then any host thread that takes the core delays the device's timeline).
+    pub deadline_spin: bool,
     /// Longest nap of the idle command processor (µs).
     pub max_nap_us: u64,
     /// Longest nap after one second without any progress (µs).
@@ -153,6 +157,7 @@ impl Default for Config {
             kernel_fixed_ns: None,
             kernel_ns: Vec::new(),
             spin_us: 200,
+            deadline_spin: true,
             max_nap_us: 1_000,
             deep_nap_us: 4_000,
             vram_mib: 16 * 1024,
@@ -163,8 +168,9 @@ impl Default for Config {
     }
 }
 
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "SDMA",
+    "DEADLINE_SPIN",
     "KFD_VERSION",
     "DEEP_NAP_US",
     "GPUS",
@@ -284,6 +290,7 @@ impl Config {
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
                 "LOG" => c.log = parse_bool(k, v)?,
                 "SDMA" => c.sdma = parse_bool(k, v)?,
+                "DEADLINE_SPIN" => c.deadline_spin = parse_bool(k, v)?,
                 "KFD_VERSION" => {
                     let bad = || format!("KFD_VERSION: '{v}' is not MAJOR.MINOR with major 1");
                     let (major, minor) = v.trim().split_once('.').ok_or_else(bad)?;
@@ -506,6 +513,14 @@ mod tests {
         assert!(Config::from_pairs(&pairs(&[("GPU", "gfx90a")])).is_err());
         assert!(Config::from_pairs(&pairs(&[("GPUS", "gfx999")])).is_err());
         assert!(Config::from_pairs(&pairs(&[("CUS", "many")])).is_err());
+    }
+
+    #[test]
+    fn deadline_spin_is_on_by_default_and_can_be_turned_off() {
+        assert!(Config::default().deadline_spin);
+        let c = Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "0")])).unwrap();
+        assert!(!c.deadline_spin);
+        assert!(Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "sometimes")])).is_err());
     }
 
     #[test]

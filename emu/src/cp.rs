@@ -18,7 +18,9 @@
 //!    vendor-specific (PM4 IB) and agent-dispatch packets retire at once. Every consumed packet's header is reset to INVALID and the read
 //!    index (`amd_queue_t.read_dispatch_id`) advanced. Invalid packets put the queue in error: ROCr's
 //!    `queue_inactive_signal` gets the hardware error code and its event fires.
-//! 3. Idle policy: after the last progress the thread spins (with `sched_yield`) for `spin_us`; then it naps, starting
+//! 3. Idle policy: while a running kernel ends within 20 µs the thread spins without yielding (`deadline_spin`, on
+//!    by default: a GPU runs its kernels whatever the host does); after the last progress it spins (with
+//!    `sched_yield`) for `spin_us`; then it naps, starting
 //!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
 //!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once; with no queue at
 //!    all the thread blocks until one is created.
@@ -565,9 +567,15 @@ impl CpThread {
             if next_deadline.is_some_and(|d| d <= now) {
                 continue;
             }
-            if now.saturating_sub(last_activity) < spin_ns
-                || next_deadline.is_some_and(|d| d - now < 20_000)
-            {
+            let deadline_near = next_deadline.is_some_and(|d| d - now < 20_000);
+            // A kernel about to end: a GPU does not give its engine away. Yielding here
+            // handed the core to whichever host thread was runnable (a profiler's writer,
+            // the app) for up to a time slice, stretching the device's timeline.
+            if deadline_near && self.emu.config.deadline_spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            if now.saturating_sub(last_activity) < spin_ns || deadline_near {
                 std::thread::yield_now();
                 continue;
             }
