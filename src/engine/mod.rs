@@ -161,7 +161,7 @@ impl Default for EngineOptions {
         EngineOptions {
             pid: std::process::id(),
             max_in_flight: 4096,
-            record_queue: 1 << 16,
+            record_queue: 1 << 14,
             pool_wait: Duration::from_secs(10),
             min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
