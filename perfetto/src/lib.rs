@@ -88,6 +88,7 @@ pub mod protos {
 
 pub mod merge;
 mod read;
+mod window;
 mod writer;
 
 pub use read::{count_slices, decode_trace, SliceCounts};

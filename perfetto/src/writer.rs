@@ -1,12 +1,13 @@
 //! [`TraceWriter`]: one packet at a time into a `BufWriter`.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use libdeflater::{CompressionLvl, Compressor};
 use std::io::{self, BufWriter, Write};
 
 use prost::Message;
+
+use crate::window::Order;
 
 use crate::protos::{
     clock_snapshot, trace_packet, track_descriptor, track_event, BuiltinClock, ClockSnapshot,
@@ -317,14 +318,14 @@ pub struct TraceWriter<W: Write> {
     zbuf: Vec<u8>,
     /// The bundles' compressor (libdeflate, level 1), reused.
     deflate: Option<Deflater>,
-    /// Reorder window (delta timestamps only): a min-heap of (timestamp,
-    /// push sequence, slot), so the oldest event leaves first and ties leave
-    /// in push order. Push and pop are O(log n) moves of 24-byte keys: a
-    /// sorted array paid a memmove of up to half the window per insert, and
-    /// a kernel's events land far from either end (they arrive when it
+    /// Reorder window (delta timestamps only): (timestamp, push sequence,
+    /// slot) keys, so the oldest event leaves first and ties leave in push
+    /// order ([`crate::window::Order`]: ascending runs plus a heap; a sorted
+    /// array paid a memmove of up to half the window per insert, because a
+    /// kernel's events land far from either end: they arrive when it
     /// completes, behind the interceptor slices of the dispatches enqueued
     /// since).
-    window: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    window: Order,
     /// Push sequence of the next event put into the window.
     window_seq: u64,
     /// Encoded events in the window, minus their timestamp and flags.
@@ -370,7 +371,7 @@ impl<W: Write> TraceWriter<W> {
                 .compress
                 .then(|| Deflater(Compressor::new(DEFLATE_LEVEL))),
             window_seq: 0,
-            window: BinaryHeap::with_capacity(if options.delta_timestamps {
+            window: Order::with_capacity(if options.delta_timestamps {
                 REORDER_WINDOW + 1
             } else {
                 0
@@ -867,7 +868,7 @@ impl<W: Write> TraceWriter<W> {
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
             u64::from(SEQUENCE_ID),
         );
-        self.window.push(Reverse((ts_ns, self.window_seq, slot)));
+        self.window.push((ts_ns, self.window_seq, slot));
         self.window_seq += 1;
         self.packets += 1;
         if self.window.len() > REORDER_WINDOW {
@@ -881,7 +882,7 @@ impl<W: Write> TraceWriter<W> {
     /// uses was interned before it was pushed, so its definition is in this
     /// packet or an earlier one.
     fn pop_window(&mut self) -> io::Result<()> {
-        let Some(Reverse((ts_ns, _, slot))) = self.window.pop() else {
+        let Some((ts_ns, _, slot)) = self.window.pop() else {
             return Ok(());
         };
         let (flags, has_interned) = self.next_flags_for(true, true);

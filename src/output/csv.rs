@@ -95,7 +95,7 @@ pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
 /// Streams kernel dispatches (and RPC wakes, ROCTx markers, memory copies) to CSV files.
 ///
 /// The kernel trace is the hot file (one row per dispatch): its rows are
-/// assembled in `row` with [`put_decimal`] for the numbers (which never need
+/// assembled in `row` with [`RowWriter`] for the numbers (which never need
 /// quoting) and the kernel name as the `csv` crate quotes it, cached per
 /// kernel id, then written in one piece. The other files are rare and go
 /// through `csv::Writer` field by field.
@@ -250,43 +250,47 @@ impl RecordSink for CsvSink {
     fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {
         let name = self.name_field(k.kernel_id, k.display_name)?;
         let name = &self.names[name].1;
-        let row = &mut self.row;
-        row.clear();
-        let field = |row: &mut Vec<u8>, v: u64| {
-            put_decimal(row, v);
-            row.push(b',');
+        // Written by index into a buffer long enough for any row of this
+        // name (25 numbers of at most 20 digits and their commas): no
+        // per-field capacity checks or copies.
+        let need = ROW_NUMBERS_MAX + name.len();
+        if self.row.len() < need {
+            self.row.resize(need, 0);
+        }
+        let mut row = RowWriter {
+            buf: &mut self.row,
+            at: 0,
         };
-        row.extend_from_slice(b"KERNEL_DISPATCH,");
-        field(row, u64::from(r.agent_index));
-        field(row, r.queue_id);
-        field(row, 0); // Stream_Id
-        field(row, u64::from(r.thread_id));
-        field(row, r.dispatch_id);
-        field(row, k.kernel_id);
-        row.extend_from_slice(name);
-        row.push(b',');
-        field(row, r.correlation_id);
-        field(row, r.start_ns);
-        field(row, r.end_ns);
-        field(row, lds_block_size(r.group_segment_size));
-        field(row, u64::from(r.private_segment_size));
+        row.bytes(b"KERNEL_DISPATCH,");
+        row.num(u64::from(r.agent_index));
+        row.num(r.queue_id);
+        row.num(0); // Stream_Id
+        row.num(u64::from(r.thread_id));
+        row.num(r.dispatch_id);
+        row.num(k.kernel_id);
+        row.bytes(name);
+        row.bytes(b",");
+        row.num(r.correlation_id);
+        row.num(r.start_ns);
+        row.num(r.end_ns);
+        row.num(lds_block_size(r.group_segment_size));
+        row.num(u64::from(r.private_segment_size));
         let res = k.resources.unwrap_or_default();
-        field(row, u64::from(res.arch_vgpr_count));
-        field(row, u64::from(res.accum_vgpr_count));
-        field(row, u64::from(res.sgpr_count));
+        row.num(u64::from(res.arch_vgpr_count));
+        row.num(u64::from(res.accum_vgpr_count));
+        row.num(u64::from(res.sgpr_count));
         for v in r.workgroup {
-            field(row, u64::from(v));
+            row.num(u64::from(v));
         }
         for v in r.grid {
-            field(row, u64::from(v));
+            row.num(u64::from(v));
         }
-        field(row, u64::from(r.private_segment_size));
-        field(row, u64::from(r.group_segment_size));
+        row.num(u64::from(r.private_segment_size));
+        row.num(u64::from(r.group_segment_size));
         // The last comma becomes the record terminator.
-        if let Some(last) = row.last_mut() {
-            *last = b'\n';
-        }
-        io::Write::write_all(&mut self.out, row)
+        let len = row.at;
+        self.row[len - 1] = b'\n';
+        io::Write::write_all(&mut self.out, &self.row[..len])
     }
 
     fn rpc_wake(&mut self, r: &crate::rpc::RpcWakeRecord) -> io::Result<()> {
@@ -368,22 +372,35 @@ impl RecordSink for CsvSink {
     }
 }
 
-/// Appends `v` in decimal, one byte at a time. A kernel row is ~25 short
-/// numbers, and copying each from a formatting buffer compiled to a `memcpy`
-/// call per number: about a quarter of the writer's CPU on the graph storm.
-fn put_decimal(row: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
+/// Room for the numbers of a kernel row: the 16-byte kind, 25 numbers of
+/// at most 20 digits, their commas, and the comma after the name.
+const ROW_NUMBERS_MAX: usize = 16 + 25 * 21 + 1;
+
+/// Appends a row's fields by index into a buffer sized for the row. A kernel
+/// row is ~25 short numbers, and copying each from a formatting buffer (or
+/// pushing its digits) cost a `memcpy` call or a capacity check per field:
+/// the largest part of the CSV's CPU on the graph storm.
+struct RowWriter<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl RowWriter<'_> {
+    /// `v` in decimal, then a comma.
+    fn num(&mut self, mut v: u64) {
+        let digits = v.checked_ilog10().unwrap_or(0) as usize + 1;
+        let end = self.at + digits;
+        for d in self.buf[self.at..end].iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
+            v /= 10;
         }
+        self.buf[end] = b',';
+        self.at = end + 1;
     }
-    for &d in &digits[i..] {
-        row.push(d);
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
     }
 }
 
@@ -431,7 +448,7 @@ mod tests {
 
     #[test]
     fn decimals_match_std_formatting_at_the_edges() {
-        for v in [
+        let values = [
             0,
             1,
             9,
@@ -442,11 +459,20 @@ mod tests {
             u64::from(u32::MAX),
             u64::MAX - 1,
             u64::MAX,
-        ] {
-            let mut row = b"x".to_vec();
-            put_decimal(&mut row, v);
-            assert_eq!(row, format!("x{v}").into_bytes());
+        ];
+        let mut buf = vec![0u8; 22 * values.len() + 1];
+        let mut row = RowWriter {
+            buf: &mut buf,
+            at: 0,
+        };
+        row.bytes(b"x");
+        let mut expect = String::from("x");
+        for v in values {
+            row.num(v);
+            expect += &format!("{v},");
         }
+        let len = row.at;
+        assert_eq!(String::from_utf8_lossy(&buf[..len]), expect);
     }
 
     #[test]
