@@ -128,6 +128,10 @@ pub struct Config {
     /// GPU runs its kernels whatever the host's threads do (`false`: it yields, gentler on a 1-core machine, but
     /// then any host thread that takes the core delays the device's timeline).
     pub deadline_spin: bool,
+    /// Nice value the command processor thread asks for (best effort: lowering it below 0 needs root or
+    /// `CAP_SYS_NICE`, and a refusal leaves the default). A GPU's command processor is never preempted by host
+    /// threads; at -10 a woken host thread rarely preempts the emulated one in the middle of a kernel sequence.
+    pub cp_nice: i32,
     /// Longest nap of the idle command processor (µs).
     pub max_nap_us: u64,
     /// Longest nap after one second without any progress (µs).
@@ -158,6 +162,7 @@ impl Default for Config {
             kernel_ns: Vec::new(),
             spin_us: 200,
             deadline_spin: true,
+            cp_nice: -10,
             max_nap_us: 1_000,
             deep_nap_us: 4_000,
             vram_mib: 16 * 1024,
@@ -168,9 +173,10 @@ impl Default for Config {
     }
 }
 
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 17] = [
     "SDMA",
     "DEADLINE_SPIN",
+    "CP_NICE",
     "KFD_VERSION",
     "DEEP_NAP_US",
     "GPUS",
@@ -291,6 +297,14 @@ impl Config {
                 "LOG" => c.log = parse_bool(k, v)?,
                 "SDMA" => c.sdma = parse_bool(k, v)?,
                 "DEADLINE_SPIN" => c.deadline_spin = parse_bool(k, v)?,
+                "CP_NICE" => {
+                    c.cp_nice = v
+                        .trim()
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|n| (-20..=19).contains(n))
+                        .ok_or_else(|| format!("CP_NICE: '{v}' is not a nice value (-20..19)"))?
+                }
                 "KFD_VERSION" => {
                     let bad = || format!("KFD_VERSION: '{v}' is not MAJOR.MINOR with major 1");
                     let (major, minor) = v.trim().split_once('.').ok_or_else(bad)?;
@@ -521,6 +535,23 @@ mod tests {
         let c = Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "0")])).unwrap();
         assert!(!c.deadline_spin);
         assert!(Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "sometimes")])).is_err());
+    }
+
+    #[test]
+    fn cp_nice_defaults_to_minus_10_and_is_bounded() {
+        assert_eq!(Config::default().cp_nice, -10);
+        assert_eq!(
+            Config::from_pairs(&pairs(&[("CP_NICE", "0")]))
+                .unwrap()
+                .cp_nice,
+            0
+        );
+        for bad in ["-21", "20", "x", ""] {
+            assert!(
+                Config::from_pairs(&pairs(&[("CP_NICE", bad)])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

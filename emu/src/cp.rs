@@ -19,7 +19,8 @@
 //!    index (`amd_queue_t.read_dispatch_id`) advanced. Invalid packets put the queue in error: ROCr's
 //!    `queue_inactive_signal` gets the hardware error code and its event fires.
 //! 3. Idle policy: while a running kernel ends within 20 µs the thread spins without yielding (`deadline_spin`, on
-//!    by default: a GPU runs its kernels whatever the host does); after the last progress it spins (with
+//!    by default: a GPU runs its kernels whatever the host does), at nice `cp_nice` (-10, best effort) so that
+//!    woken host threads rarely preempt it; after the last progress it spins (with
 //!    `sched_yield`) for `spin_us`; then it naps, starting
 //!    at 10 µs and doubling up to `max_nap_us`, but never past the next kernel deadline. After one second without
 //!    progress the ceiling becomes `deep_nap_us`. Creating or resuming a queue wakes it at once; with no queue at
@@ -384,6 +385,21 @@ impl CommandProcessor {
             .spawn(move || {
                 // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack (1 ns: precise naps).
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+                // SAFETY: gettid and setpriority on this thread only; a refusal (no privilege to go below 0)
+                // leaves the default priority.
+                let refused = unsafe {
+                    libc::setpriority(
+                        libc::PRIO_PROCESS,
+                        libc::gettid() as libc::id_t,
+                        emu.config.cp_nice,
+                    ) != 0
+                };
+                if refused && emu.config.log {
+                    eprintln!(
+                        "rprof-emu: the command processor keeps the default priority (nice {} refused)",
+                        emu.config.cp_nice
+                    );
+                }
                 CpThread::new(emu).run();
             });
         if spawned.is_err() {
