@@ -95,7 +95,7 @@ pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
 /// Streams kernel dispatches (and RPC wakes, ROCTx markers, memory copies) to CSV files.
 ///
 /// The kernel trace is the hot file (one row per dispatch): its rows are
-/// assembled in `row` with [`RowWriter`] for the numbers (which never need
+/// assembled in `row` with `RowWriter` for the numbers (which never need
 /// quoting) and the kernel name as the `csv` crate quotes it, cached per
 /// kernel id, then written in one piece. The other files are rare and go
 /// through `csv::Writer` field by field.
