@@ -12,7 +12,7 @@ use harness::outputs::{
     check_pftrace, check_rocpd_against_csv, compiler_resources, output_files, read_csv, read_json,
     read_rocpd, CsvDispatch as Row,
 };
-use harness::trace_app::{run_rprof, run_rprof_into, run_traced, Load};
+use harness::trace_app::{rprof_traced, run_rprof, run_rprof_into, run_traced, Load};
 use harness::{build, run_dir, Run};
 
 /// Grid size the program uses for each kernel.
@@ -1231,29 +1231,23 @@ fn teardown_races_under_valgrind_memcheck() {
     );
     let supp = harness::repo().join("tests/tools/valgrind-rocr.supp");
     let (app, kernels) = harness::artefacts::trace_app();
+    let (app, kernels) = (app.display().to_string(), kernels.display().to_string());
     for (label, args) in [
         ("vg-exit-busy", &["exit_busy", "2", "50"][..]),
         ("vg-exit", &["exit", "300"][..]),
         ("vg-destroy", &["destroy", "100"][..]),
     ] {
-        let dir = harness::fresh_dir(label);
-        let mut cmd = harness::Runtime::selected().command(&build().rprof, &[]);
-        cmd.args([
-            "--kernel-trace",
-            "-o",
-            "run",
-            "--output-format",
-            "csv,json,pftrace",
-            "-d",
-        ])
-        .arg(&dir)
-        .args(["--", "valgrind", "--error-exitcode=99", "--quiet"])
-        .arg(format!("--suppressions={}", supp.display()))
-        .arg(app)
-        .arg(kernels)
-        .args(args);
-        harness::run::clear_rprof_env(&mut cmd);
-        let run = harness::run_with_timeout(cmd, dir);
+        let suppressions = format!("--suppressions={}", supp.display());
+        let mut command = vec![
+            "valgrind",
+            "--error-exitcode=99",
+            "--quiet",
+            suppressions.as_str(),
+            app.as_str(),
+            kernels.as_str(),
+        ];
+        command.extend_from_slice(args);
+        let run = rprof_traced(label, &["-o", "run"], &command, &[]);
         let reports: Vec<&str> = run
             .stderr
             .lines()
@@ -1347,19 +1341,8 @@ fn wrapped_apps_get_their_own_outputs(which: &str) {
         if label != which {
             continue;
         }
-        let dir = harness::fresh_dir(label);
-        let mut cmd = harness::Runtime::selected().command(&build().rprof, &[]);
-        cmd.args([
-            "--kernel-trace",
-            "--output-format",
-            "csv,json,pftrace",
-            "-d",
-        ])
-        .arg(&dir)
-        .arg("--")
-        .args(launcher);
-        harness::run::clear_rprof_env(&mut cmd);
-        let run = harness::run_with_timeout(cmd, dir.clone());
+        let run = rprof_traced(label, &[], &launcher, &[]);
+        let dir = run.dir.clone();
         assert_eq!(run.code, Some(0), "{label}: {}\n{}", run.stdout, run.stderr);
         let files = harness::run::files_under(&dir);
         assert_eq!(

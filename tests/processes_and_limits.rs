@@ -11,37 +11,14 @@ use std::path::Path;
 
 use harness::outputs::{check_pftrace, read_csv, read_json};
 use harness::trace_app::run_traced;
-use harness::trace_app::Load;
-use harness::{build, Run};
+use harness::trace_app::{rprof_traced, Load};
+use harness::Run;
 
 /// The value of the program's `KEY value` line.
 fn line<'a>(run: &'a Run, key: &str) -> Option<&'a str> {
     run.stdout
         .lines()
         .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
-}
-
-/// `rprof --kernel-trace --output-format csv,json,pftrace -d <fresh dir>
-/// [rprof_args] -- <command>` on the selected runtime: outputs named by the
-/// command's default (`<pid>...`) unless `rprof_args` says otherwise.
-fn rprof_launch(label: &str, rprof_args: &[&str], command: &[&str], env: &[(&str, &str)]) -> Run {
-    let dir = harness::fresh_dir(label);
-    let mut cmd = harness::Runtime::selected().command(&build().rprof, &[]);
-    cmd.args([
-        "--kernel-trace",
-        "--output-format",
-        "csv,json,pftrace",
-        "-d",
-    ])
-    .arg(&dir)
-    .args(rprof_args)
-    .arg("--")
-    .args(command);
-    harness::run::clear_rprof_env(&mut cmd);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    harness::run_with_timeout(cmd, dir)
 }
 
 /// `trace_app <code object>` as the start of a command line.
@@ -105,7 +82,7 @@ fn fork_without_exec(child: &str) -> Run {
         untraced.stdout,
         untraced.stderr
     );
-    let run = rprof_launch(&format!("fork-{child}"), &[], &argv, &[]);
+    let run = rprof_traced(&format!("fork-{child}"), &[], &argv, &[]);
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(
         child_lines(&run),
@@ -218,7 +195,7 @@ fn ranks_started_by_an_mpi_style_launcher_get_their_own_outputs() {
         argv.extend(trace_app_argv());
         argv.extend(["threads", "2", "10"].map(String::from));
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let run = rprof_launch(
+        let run = rprof_traced(
             &format!("mpi-like-{var}"),
             &["-o", "rank%rank%"],
             &argv,
@@ -245,7 +222,7 @@ fn ranks_started_by_open_mpi_mpirun_get_their_own_outputs() {
     argv.extend(trace_app_argv());
     argv.extend(["threads", "2", "10"].map(String::from));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let run = rprof_launch(
+    let run = rprof_traced(
         "mpirun",
         &["-o", "rank%rank%"],
         &argv,

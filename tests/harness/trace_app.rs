@@ -111,6 +111,36 @@ pub fn run_rprof_into(label: &str, extra: &[&str], args: &[&str]) -> Run {
     run_with_timeout(cmd, dir)
 }
 
+/// `rprof --kernel-trace --output-format csv,json,pftrace -d <fresh dir>
+/// <rprof_args> -- <command>` on the selected runtime, with `env` set after
+/// the inherited `RPROF_*` variables are cleared: any command (a launcher,
+/// valgrind), outputs named by rprof's default unless `rprof_args` says
+/// otherwise.
+pub fn rprof_traced(
+    label: &str,
+    rprof_args: &[&str],
+    command: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    let dir = fresh_dir(label);
+    let mut cmd = Runtime::selected().command(&build().rprof, &[]);
+    cmd.args([
+        "--kernel-trace",
+        "--output-format",
+        "csv,json,pftrace",
+        "-d",
+    ])
+    .arg(&dir)
+    .args(rprof_args)
+    .arg("--")
+    .args(command);
+    clear_rprof_env(&mut cmd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_timeout(cmd, dir)
+}
+
 /// Runs `rprof -d <dir> -o run <rprof_args> -- trace_app <code object>
 /// <args>` on the selected runtime in a fresh run directory: the options are
 /// exactly `rprof_args` (no trace option or format added).
