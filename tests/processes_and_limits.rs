@@ -189,16 +189,9 @@ fn ranks_started_by_an_mpi_style_launcher_get_their_own_outputs() {
     let launcher = launcher.display().to_string();
     for (var, ranks) in [("PMI_RANK", 3u64), ("OMPI_COMM_WORLD_RANK", 2)] {
         let np = ranks.to_string();
-        let mut argv: Vec<String> = ["sh", &launcher, "-np", &np, "-rankvar", var, "--"]
-            .map(String::from)
-            .to_vec();
-        argv.extend(trace_app_argv());
-        argv.extend(["threads", "2", "10"].map(String::from));
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let run = rprof_traced(
+        let run = traced_ranks(
             &format!("mpi-like-{var}"),
-            &["-o", "rank%rank%"],
-            &argv,
+            &["sh", &launcher, "-np", &np, "-rankvar", var, "--"],
             &[],
         );
         check_ranks(&run, ranks);
@@ -216,16 +209,9 @@ fn ranks_started_by_open_mpi_mpirun_get_their_own_outputs() {
         "5.2",
         "Open MPI is installed on the host only (ROCm 5.2)"
     );
-    let mut argv: Vec<String> = ["mpirun", "--oversubscribe", "-np", "2"]
-        .map(String::from)
-        .to_vec();
-    argv.extend(trace_app_argv());
-    argv.extend(["threads", "2", "10"].map(String::from));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let run = rprof_traced(
+    let run = traced_ranks(
         "mpirun",
-        &["-o", "rank%rank%"],
-        &argv,
+        &["mpirun", "--oversubscribe", "-np", "2"],
         // mpirun refuses to run as root (CI containers) without these.
         &[
             ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
@@ -233,6 +219,16 @@ fn ranks_started_by_open_mpi_mpirun_get_their_own_outputs() {
         ],
     );
     check_ranks(&run, 2);
+}
+
+/// `launcher trace_app <code object> threads 2 10` traced, each rank's
+/// outputs named `rank<N>` (`-o rank%rank%`).
+fn traced_ranks(label: &str, launcher: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut argv: Vec<String> = launcher.iter().map(|a| a.to_string()).collect();
+    argv.extend(trace_app_argv());
+    argv.extend(["threads", "2", "10"].map(String::from));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    rprof_traced(label, &["-o", "rank%rank%"], &argv, env)
 }
 
 /// The program's `KEY <n>` value.
