@@ -303,8 +303,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// Hands the batch's dispatches to the completion thread.
     fn publish(&self, queue: &QueueContext, batch: &mut PacketBatch<S>) {
         for entry in batch.dispatches.drain(..) {
-            // Capacity >= signal pool size, so this succeeds unless the
-            // completion thread is far behind; then wait for it (bounded).
+            // The completion thread empties the hand-off queue on every
+            // poll; when it is full, wake it and wait for room (bounded).
             let deadline = Instant::now() + self.options.pool_wait;
             if let Err(b) = push_bounded(&self.pending, entry, deadline, || {
                 self.completion_wake.notify()

@@ -153,7 +153,8 @@ impl<S: DispatchSignal> Engine<S> {
         // In submission order; finished entries are moved to the front and
         // popped, so a pass moves only what finished (a `Vec` would shift
         // every unfinished entry after each pass).
-        let mut tracked: VecDeque<InFlight<S>> = VecDeque::with_capacity(self.pending.capacity());
+        let mut tracked: VecDeque<InFlight<S>> =
+            VecDeque::with_capacity(self.options.max_in_flight.max(1));
         let mut pass = 0u32;
         let mut serializer = Serializer::default();
         let mut idle = Idle {

@@ -137,8 +137,20 @@ pub trait CompletionBackend: Send + Sync {
 pub struct EngineOptions {
     /// Process id used in correlation ids.
     pub pid: u32,
-    /// Capacity of the in-flight queue (at least the signal pool's capacity).
+    /// Most dispatches tracked at once (the signal pool's capacity): the
+    /// completion thread's own list is sized for it.
     pub max_in_flight: usize,
+    /// Capacity of the hand-off queue from interceptors to the completion
+    /// thread (at most `max_in_flight`). The completion thread empties it on
+    /// every poll, so it only holds what arrives between two polls; an
+    /// interceptor that finds it full wakes the completion thread and
+    /// yields until there is room. It is built when tracing starts, inside
+    /// the app's `hsa_init`, and every slot is written then: a smaller queue
+    /// is a shorter start-up.
+    pub handoff_queue: usize,
+    /// Most memory copies traced at once (`--memory-copy-trace`; 0 when
+    /// copies are not traced: the queue then takes no memory).
+    pub max_copies_in_flight: usize,
     /// Capacity of the record queue between completion and writer threads.
     pub record_queue: usize,
     /// Longest the interceptor waits for a free signal before passing a
@@ -161,6 +173,8 @@ impl Default for EngineOptions {
         EngineOptions {
             pid: std::process::id(),
             max_in_flight: 4096,
+            handoff_queue: 4096,
+            max_copies_in_flight: 4096,
             record_queue: 1 << 14,
             pool_wait: Duration::from_secs(10),
             min_backoff: Duration::from_micros(100),
@@ -253,8 +267,9 @@ pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> 
     handle.join().ok()
 }
 
-/// How [`join_within`] polls a thread: naps of 0.5 ms.
-const JOIN_PACE: Pace = Pace::naps(Duration::from_micros(500));
+/// How [`join_within`] polls a thread: naps of 50 µs (the app's exit waits
+/// on the writer's join).
+const JOIN_PACE: Pace = Pace::naps(Duration::from_micros(50));
 /// How an interceptor waits for ring space or signals: 64 yields, then
 /// naps of 50 µs (each round may wake the completion thread).
 const INTERCEPTOR_PACE: Pace = Pace::new(64, Duration::from_micros(50));
@@ -272,7 +287,7 @@ impl<S: DispatchSignal> Engine<S> {
     pub fn new(options: EngineOptions) -> Self {
         Engine {
             ids: IdAllocator::new(options.pid),
-            pending: ArrayQueue::new(options.max_in_flight.max(1)),
+            pending: ArrayQueue::new(options.handoff_queue.min(options.max_in_flight).max(1)),
             in_flight: AtomicU64::new(0),
             records: ArrayQueue::new(options.record_queue.max(2)),
             completion_wake: WakePoint::new(),
@@ -288,7 +303,7 @@ impl<S: DispatchSignal> Engine<S> {
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),
             writer_stalled: AtomicBool::new(false),
-            copies: ArrayQueue::new(options.max_in_flight.max(1)),
+            copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),
             options,
         }

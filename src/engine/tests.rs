@@ -323,6 +323,8 @@ impl Harness {
             EngineOptions {
                 pid: 42,
                 max_in_flight: pool_size,
+                handoff_queue: pool_size,
+                max_copies_in_flight: pool_size,
                 record_queue: 64,
                 pool_wait: Duration::from_secs(20),
                 min_backoff: Duration::from_micros(50),
@@ -408,6 +410,58 @@ impl Harness {
         let collected = std::mem::take(&mut *self.collected.lock().unwrap());
         (outcome, collected, self.device.clone())
     }
+}
+
+/// The hand-off queue to the completion thread is much smaller than the
+/// pool: bursts wait for room instead of losing dispatches.
+#[test]
+fn a_hand_off_queue_smaller_than_the_pool_loses_nothing() {
+    const THREADS: u64 = 4;
+    const CALLS: u64 = 200;
+    let h = Arc::new(Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 256,
+            handoff_queue: 2,
+            max_copies_in_flight: 0,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    ));
+    assert_eq!(h.engine.pending.capacity(), 2);
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let q = Arc::new(QueueContext::new(100 + t, t as u32, 0));
+                for n in 0..CALLS {
+                    let pkts: Vec<RawPacket> = (0..n % 7 + 1)
+                        .map(|j| kernel_packet(0x1000 * (j + 1), 0))
+                        .collect();
+                    h.submit(&q, &pkts);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let h = Arc::try_unwrap(h).ok().expect("workers are done");
+    let pool = h.pool.clone();
+    let (outcome, got, device) = h.finish();
+    let expected = THREADS * (0..CALLS).map(|n| n % 7 + 1).sum::<u64>();
+    assert_eq!(got.dispatches.len() as u64, expected);
+    assert_eq!(outcome.metadata.dispatches, expected);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), expected);
+    assert_eq!(pool.available(), 256, "every pooled signal came back");
+    let ids: HashSet<u64> = got.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    assert_eq!(ids, (1..=expected).collect::<HashSet<u64>>());
 }
 
 #[test]
@@ -612,6 +666,8 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
     let engine: Engine<FakeSignal> = Engine::new(EngineOptions {
         pid: 1,
         max_in_flight: 4,
+        handoff_queue: 4,
+        max_copies_in_flight: 4,
         record_queue: 16,
         pool_wait: Duration::from_millis(30),
         min_backoff: Duration::from_micros(100),
@@ -667,6 +723,8 @@ fn bench_interceptor_cost_per_dispatch() {
         EngineOptions {
             pid: 42,
             max_in_flight: 4096,
+            handoff_queue: 4096,
+            max_copies_in_flight: 4096,
             ..EngineOptions::default()
         },
         Names::default(),
@@ -748,6 +806,8 @@ fn three_queues_of_kernels(
         EngineOptions {
             pid: 42,
             max_in_flight: 120,
+            handoff_queue: 120,
+            max_copies_in_flight: 120,
             record_queue: 64,
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
@@ -824,6 +884,8 @@ fn a_dead_writer_thread_never_stalls_the_app() {
     let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
         pid: 1,
         max_in_flight: 8,
+        handoff_queue: 8,
+        max_copies_in_flight: 8,
         record_queue: 4,
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(50),
@@ -878,6 +940,8 @@ fn host_forwarding_completes_the_app_signal_without_a_barrier() {
         EngineOptions {
             pid: 42,
             max_in_flight: 8,
+            handoff_queue: 8,
+            max_copies_in_flight: 8,
             record_queue: 64,
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
@@ -968,6 +1032,8 @@ fn serial_options(serialize: bool) -> EngineOptions {
     EngineOptions {
         pid: 42,
         max_in_flight: 256,
+        handoff_queue: 256,
+        max_copies_in_flight: 256,
         record_queue: 64,
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(50),
@@ -1224,6 +1290,8 @@ fn long_batches_allocate_nothing(serialize: bool) {
     let h = Harness::with_options(
         EngineOptions {
             max_in_flight: 1024,
+            handoff_queue: 1024,
+            max_copies_in_flight: 1024,
             ..serial_options(serialize)
         },
         Names::default(),
@@ -1298,6 +1366,8 @@ fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_
         EngineOptions {
             pid: 42,
             max_in_flight: 64,
+            handoff_queue: 64,
+            max_copies_in_flight: 64,
             record_queue: 64,
             pool_wait: Duration::from_secs(3),
             min_backoff: Duration::from_micros(50),
@@ -1502,6 +1572,8 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
         pid: 1,
         max_in_flight: 8,
+        handoff_queue: 8,
+        max_copies_in_flight: 8,
         record_queue: 8,
         pool_wait: Duration::from_secs(1),
         min_backoff: Duration::from_micros(50),
@@ -1652,6 +1724,8 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
     let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
         pid: 9,
         max_in_flight: 64,
+        handoff_queue: 64,
+        max_copies_in_flight: 64,
         record_queue: 1 << 16,
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(20),
@@ -2040,6 +2114,8 @@ fn fuzz_random_packets_are_passed_or_traced_exactly() {
     let h = Harness::with_options(
         EngineOptions {
             max_in_flight: 64,
+            handoff_queue: 64,
+            max_copies_in_flight: 64,
             record_queue: 1 << 16,
             ..serial_options(false)
         },
@@ -2126,6 +2202,8 @@ fn queue_destroyed_with_work_pending(serialize: bool) {
     let h = Harness::with_options(
         EngineOptions {
             max_in_flight: 32,
+            handoff_queue: 32,
+            max_copies_in_flight: 32,
             ..serial_options(serialize)
         },
         Names::default(),
@@ -2201,6 +2279,8 @@ fn load_8_threads_4_queues_with(
     let h = Arc::new(Harness::with_options(
         EngineOptions {
             max_in_flight: 64,
+            handoff_queue: 64,
+            max_copies_in_flight: 64,
             record_queue,
             ..serial_options(false)
         },

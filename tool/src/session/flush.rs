@@ -19,8 +19,9 @@ use super::{lock, Session};
 
 /// How long the flush waits for dispatches still on the device.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How teardown polls what it waits for: 200 µs naps (the app is exiting; no hurry to the microsecond).
-const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(200));
+/// How teardown polls what it waits for: 50 µs naps (the app's exit waits
+/// for it; a few naps are nothing to the CPU).
+const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(50));
 /// How long the flush waits for the completion thread to stop (or, at
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);

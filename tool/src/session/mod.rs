@@ -297,6 +297,11 @@ fn open_signal_pool(
 fn engine_options(config: &TraceConfig, pool_size: u32) -> EngineOptions {
     let mut options = EngineOptions {
         max_in_flight: pool_size as usize,
+        max_copies_in_flight: if config.memory_copy_trace {
+            pool_size as usize
+        } else {
+            0
+        },
         serialize: config.serialize_kernels,
         host_forwarding: config.tuning.host_forwarding,
         ..EngineOptions::default()
