@@ -123,7 +123,11 @@ impl std::error::Error for CodeObjectError {}
 
 /// Lists the kernels of the code object `elf` with their resources, in metadata order.
 pub fn kernel_resources(elf: &[u8]) -> Result<Vec<KernelResources>, CodeObjectError> {
-    let metadata = metadata_note(elf)?;
+    note_kernel_resources(metadata_note(elf)?)
+}
+
+/// As [`kernel_resources`], from the metadata note alone ([`metadata_note`]).
+pub fn note_kernel_resources(metadata: &[u8]) -> Result<Vec<KernelResources>, CodeObjectError> {
     let mut reader = metadata;
     let value = rmpv::decode::read_value(&mut reader)
         .map_err(|e| CodeObjectError::BadMetadata(e.to_string()))?;
@@ -133,8 +137,10 @@ pub fn kernel_resources(elf: &[u8]) -> Result<Vec<KernelResources>, CodeObjectEr
     kernels.iter().map(kernel_entry).collect()
 }
 
-/// Returns the descriptor bytes of the first `AMDGPU` note of type `NT_AMDGPU_METADATA`.
-fn metadata_note(data: &[u8]) -> Result<&[u8], CodeObjectError> {
+/// Returns the descriptor bytes of the first `AMDGPU` note of type
+/// `NT_AMDGPU_METADATA`: the MessagePack metadata, a small part of the code
+/// object, which is all [`note_kernel_resources`] needs.
+pub fn metadata_note(data: &[u8]) -> Result<&[u8], CodeObjectError> {
     let header = elf::FileHeader64::<Endianness>::parse(data)
         .map_err(|e| CodeObjectError::NotElf(e.to_string()))?;
     let endian = header

@@ -89,6 +89,10 @@ pub enum Record {
     ThreadName(crate::marker::ThreadNameRecord),
     /// A finished asynchronous memory copy (`--memory-copy-trace`).
     MemoryCopy(MemoryCopyRecord),
+    /// The app froze an executable: its kernels wait in the engine's inbox
+    /// ([`crate::engine::Engine::push_loaded_kernels`]) for the writer's
+    /// kernel table. Queued before any dispatch of them can complete.
+    KernelsLoaded,
 }
 
 /// Direction of a memory copy, from the kinds of its two agents, with

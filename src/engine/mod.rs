@@ -75,6 +75,7 @@ mod ring;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -87,6 +88,7 @@ pub use ring::{hardware_ring_takes, hardware_slots};
 pub use rprof_abi::packet::RawPacket;
 pub use writer::{KernelNames, WriterOutcome};
 
+use crate::kernels::LoadedKernels;
 use crate::record::{Record, RunMetadata};
 use crate::wait::{poll_until, Pace, Wait, WakePoint};
 use batch::{SpareStorage, SPARE_BATCHES};
@@ -251,6 +253,10 @@ pub struct Engine<S> {
     /// Traced memory copies not yet retired (bounded by `copies`'
     /// capacity: a copy beyond it runs untraced).
     copies_out: AtomicU64,
+    /// Kernels of frozen executables not yet in the writer's kernel table
+    /// ([`Engine::push_loaded_kernels`]); locked once per executable, never
+    /// per dispatch.
+    loaded_kernels: Mutex<Vec<LoadedKernels>>,
 }
 
 /// Longest the completion thread waits for a writer that takes no record
@@ -305,6 +311,7 @@ impl<S: DispatchSignal> Engine<S> {
             writer_stalled: AtomicBool::new(false),
             copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),
+            loaded_kernels: Mutex::new(Vec::new()),
             options,
         }
     }
@@ -407,6 +414,32 @@ impl<S: DispatchSignal> Engine<S> {
         if self.is_tracing() {
             self.push_record(rec);
         }
+    }
+
+    /// Hands the kernels of an executable the app froze to the writer, which
+    /// enters them in its kernel table before it writes any record queued
+    /// after this call (so before any dispatch of them). The caller's thread
+    /// only queues them: parsing and demangling are the writer's.
+    pub fn push_loaded_kernels(&self, kernels: LoadedKernels) {
+        if !self.is_tracing() {
+            return;
+        }
+        self.loaded_kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(kernels);
+        self.push_record(Record::KernelsLoaded);
+    }
+
+    /// The kernels queued by [`Engine::push_loaded_kernels`] so far, in
+    /// call order (the writer's).
+    fn take_loaded_kernels(&self) -> Vec<LoadedKernels> {
+        std::mem::take(
+            &mut *self
+                .loaded_kernels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 
     /// Stops tracing new work, waits up to `timeout` for the dispatches in

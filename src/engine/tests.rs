@@ -3,6 +3,7 @@
 //! back-pressure is exercised.
 
 use super::*;
+use crate::kernels::{KernelTable, NamePolicy};
 use crate::record::{
     AgentInfo, CopyDirection, DispatchRecord, InterceptRecord, MemoryCopyRecord, RunInfo,
 };
@@ -12,7 +13,7 @@ use hsa_sys::{
 };
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const SIGNALS: usize = 4096;
 
@@ -290,6 +291,8 @@ impl KernelNames for Names {
         };
         f(&info, keep);
     }
+
+    fn learn(&mut self, _: &LoadedKernels) {}
 }
 
 fn kernel_packet(kernel_object: u64, completion_signal: u64) -> RawPacket {
@@ -336,7 +339,7 @@ impl Harness {
         )
     }
 
-    fn with_options(options: EngineOptions, names: Names) -> Self {
+    fn with_options(options: EngineOptions, names: impl KernelNames + Send + 'static) -> Self {
         let pool_size = options.max_in_flight;
         let signals = Signals::new();
         let pool = Arc::new(FakePool::new(signals.clone(), pool_size));
@@ -410,6 +413,54 @@ impl Harness {
         let collected = std::mem::take(&mut *self.collected.lock().unwrap());
         (outcome, collected, self.device.clone())
     }
+}
+
+/// Kernels of a frozen executable reach the writer's table through the
+/// engine before any dispatch of them is written, parsed and demangled on the
+/// writer's thread.
+#[test]
+fn loaded_kernels_name_the_dispatches_queued_after_them() {
+    let table: &'static KernelTable = Box::leak(Box::new(KernelTable::new(NamePolicy::default())));
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 8,
+            handoff_queue: 8,
+            max_copies_in_flight: 0,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        table,
+    );
+    let q = Arc::new(QueueContext::new(7, 0, 0));
+    h.engine.push_loaded_kernels(LoadedKernels {
+        symbols: vec![(0x1000, "_Z3fooi.kd".into()), (0x3000, "_Z3bard.kd".into())],
+        notes: Vec::new(),
+        unreadable: None,
+    });
+    h.submit(&q, &[kernel_packet(0x1000, 0), kernel_packet(0x2000, 0)]);
+    h.submit(&q, &[kernel_packet(0x3000, 0)]);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 3);
+    let mut names: Vec<(u64, String)> = got
+        .dispatches
+        .iter()
+        .map(|(d, name)| (d.kernel_object, name.clone()))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            (0x1000, "foo(int)".to_string()),
+            (0x2000, "unknown_kernel_0x2000".to_string()),
+            (0x3000, "bar(double)".to_string()),
+        ]
+    );
+    assert_eq!(table.len(), 3);
 }
 
 /// The hand-off queue to the completion thread is much smaller than the
@@ -1714,6 +1765,8 @@ impl KernelNames for StaticNames {
         };
         f(&info, true);
     }
+
+    fn learn(&mut self, _: &LoadedKernels) {}
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{DispatchSignal, Engine, STOP_WRITER};
-use crate::kernels::KernelTable;
+use crate::kernels::{KernelTable, LoadedKernels};
 use crate::record::{AgentInfo, Record, RunInfo, RunMetadata};
 use crate::sink::{KernelInfo, RecordSink};
 use crate::wait::SleepKind;
@@ -22,13 +22,24 @@ pub trait KernelNames {
     /// Calls `f` with the names of the kernel at `kernel_object` and whether
     /// the filters keep it (an unknown kernel gets a placeholder name).
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool));
+
+    /// Enters the kernels of an executable the app froze.
+    fn learn(&mut self, kernels: &LoadedKernels);
 }
 
-/// The live table (shared with the tool's symbol hooks, hence by reference).
+/// The live table (shared with the session, hence by reference).
 impl KernelNames for &KernelTable {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
         let entry = self.resolve(kernel_object);
         f(&entry.info(), entry.keep);
+    }
+
+    fn learn(&mut self, kernels: &LoadedKernels) {
+        if let Some(why) = KernelTable::learn(self, kernels) {
+            eprintln!(
+                "rprof: warning: a code object's kernel metadata could not be read ({why}); its kernels' register counts are 0"
+            );
+        }
     }
 }
 
@@ -177,6 +188,11 @@ impl<S: DispatchSignal> Engine<S> {
             if self.writer_stalled.load(Ordering::Relaxed) {
                 self.writer_stalled.store(false, Ordering::Release);
             }
+            if let Record::KernelsLoaded = rec {
+                for k in self.take_loaded_kernels() {
+                    names.learn(&k);
+                }
+            }
             write_record(rec, sinks, names, tally);
         }
         got
@@ -216,6 +232,8 @@ fn write_record(
             tally.memory_copies += 1;
             sinks.each("memory_copy", |s| s.memory_copy(&c));
         }
+        // Taken from the engine's inbox by `drain_records`.
+        Record::KernelsLoaded => {}
         Record::KernelRegion(r) => tally.kernel_regions.add(&r),
         Record::ThreadName(t) => sinks.each("thread_name", |s| s.thread_name(t.thread_id, t.name)),
         Record::Dispatch(d) => {

@@ -1,20 +1,18 @@
 //! The code objects ROCr loaded into an executable, read through its loader
-//! extension (`hsa_ven_amd_loader` 1.01) for their kernels' resources.
+//! extension (`hsa_ven_amd_loader` 1.01) for their kernels' metadata.
 //!
 //! Owns the calls into the loader extension and the reading of each loaded code
-//! object's bytes (from the memory the app handed ROCr, or from the file ROCr
-//! holds open); the parsing itself is [`rprof_core::code_object`]. It runs once per
-//! frozen executable, on the app thread that froze it, never on a dispatch path.
-//! It must not keep any pointer it was given: the bytes are parsed before the
-//! call returns.
+//! object's metadata note (from the memory the app handed ROCr, or from the file
+//! ROCr holds open); parsing the note is [`rprof_core::code_object`]'s, on the
+//! writer thread. It runs once per frozen executable, on the app thread that
+//! froze it, never on a dispatch path. It must not keep any pointer it was
+//! given: the note is copied before the call returns.
 
 use std::ffi::c_void;
 use std::os::fd::BorrowedFd;
 
 use hsa_sys::*;
-use rprof_core::code_object::{
-    kernel_resources, register_loaded, KernelResources, LoadedCodeObject,
-};
+use rprof_core::code_object::{metadata_note, register_loaded, LoadedCodeObject};
 
 use crate::runtime::Runtime;
 
@@ -67,16 +65,17 @@ impl Loader {
         })
     }
 
-    /// The kernels of every code object loaded into `executable`, each with the
-    /// id of its code object in the process's register (every loaded code
-    /// object is registered, [`register_loaded`]), with what could not be read.
-    pub fn kernel_resources(
+    /// The metadata note of every code object loaded into `executable`, each
+    /// with the id of its code object in the process's register (every loaded
+    /// code object is registered, [`register_loaded`]), with what could not be
+    /// read.
+    pub fn metadata_notes(
         &self,
         executable: hsa_executable_t,
-    ) -> (Vec<(u64, KernelResources)>, Vec<Unreadable>) {
+    ) -> (Vec<(u64, Vec<u8>)>, Vec<Unreadable>) {
         struct Visit {
             loader: Loader,
-            kernels: Vec<(u64, KernelResources)>,
+            notes: Vec<(u64, Vec<u8>)>,
             unreadable: Vec<Unreadable>,
         }
         unsafe extern "C" fn visit(
@@ -88,12 +87,12 @@ impl Loader {
             // for the whole iteration.
             let v = unsafe { &mut *data.cast::<Visit>() };
             let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (described, kernels) = v.loader.read(object);
+                let (described, note) = v.loader.read(object);
                 let id = register_loaded(described);
-                kernels.map(|k| k.into_iter().map(|k| (id, k)).collect::<Vec<_>>())
+                note.map(|n| (id, n))
             }));
             match found {
-                Ok(Ok(mut kernels)) => v.kernels.append(&mut kernels),
+                Ok(Ok(note)) => v.notes.push(note),
                 Ok(Err(why)) => v.unreadable.push(why),
                 Err(_) => v.unreadable.push(Unreadable("reading it panicked".into())),
             }
@@ -101,7 +100,7 @@ impl Loader {
         }
         let mut v = Visit {
             loader: *self,
-            kernels: Vec::new(),
+            notes: Vec::new(),
             unreadable: Vec::new(),
         };
         // SAFETY: a frozen executable; the callback only reads the code objects it
@@ -113,7 +112,7 @@ impl Loader {
                 "iterating code objects failed ({status})"
             )));
         }
-        (v.kernels, v.unreadable)
+        (v.notes, v.unreadable)
     }
 
     /// One fixed-size attribute of a loaded code object.
@@ -132,11 +131,11 @@ impl Loader {
     }
 
     /// What the loader says about a loaded code object (for the rocpd
-    /// output), and its kernels.
+    /// output), and a copy of its metadata note.
     fn read(
         &self,
         object: hsa_loaded_code_object_t,
-    ) -> (LoadedCodeObject, Result<Vec<KernelResources>, Unreadable>) {
+    ) -> (LoadedCodeObject, Result<Vec<u8>, Unreadable>) {
         let mut described = self.describe(object);
         // SAFETY: STORAGE_TYPE is a 32-bit enum.
         let storage = unsafe {
@@ -146,19 +145,22 @@ impl Loader {
             )
         };
         described.in_memory = storage == Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY);
-        let bytes = match storage {
+        let note = match storage {
             None => Err(Unreadable(
                 "the loader does not say where it is stored".into(),
             )),
-            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY) => self.memory_bytes(object),
-            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_FILE) => self.file_bytes(object),
+            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_MEMORY) => {
+                self.memory_note(object, &mut described.size)
+            }
+            Some(HSA_VEN_AMD_LOADER_CODE_OBJECT_STORAGE_TYPE_FILE) => {
+                self.file_bytes(object).and_then(|bytes| {
+                    described.size = bytes.len() as u64;
+                    note_of(&bytes)
+                })
+            }
             Some(other) => Err(Unreadable(format!("storage type {other} has no bytes"))),
         };
-        let kernels = bytes.and_then(|bytes| {
-            described.size = bytes.len() as u64;
-            kernel_resources(&bytes).map_err(|e| Unreadable(e.to_string()))
-        });
-        (described, kernels)
+        (described, note)
     }
 
     /// The loader's URI, load base, size and delta, and agent of `object`
@@ -214,7 +216,13 @@ impl Loader {
         }
     }
 
-    fn memory_bytes(&self, object: hsa_loaded_code_object_t) -> Result<Vec<u8>, Unreadable> {
+    /// The metadata note of a code object stored in memory, read in place
+    /// (only the note is copied); `size` gets the image's size.
+    fn memory_note(
+        &self,
+        object: hsa_loaded_code_object_t,
+        size_out: &mut u64,
+    ) -> Result<Vec<u8>, Unreadable> {
         // SAFETY: MEMORY_BASE is a 64-bit address, MEMORY_SIZE a 64-bit size.
         let (base, size) = unsafe {
             (
@@ -236,11 +244,12 @@ impl Loader {
                 "memory {base:#x}+{size} is not readable"
             )));
         }
+        *size_out = size;
         // SAFETY: the runtime reports `size` bytes at `base`: the host memory the app
         // passed to hsa_code_object_reader_create_from_memory, which the app must keep
-        // valid while the executable is loaded. The bytes are copied before returning.
-        let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, size as usize) };
-        Ok(bytes.to_vec())
+        // valid while the executable is loaded. The note is copied before returning.
+        let image = unsafe { std::slice::from_raw_parts(base as *const u8, size as usize) };
+        note_of(image)
     }
 
     fn file_bytes(&self, object: hsa_loaded_code_object_t) -> Result<Vec<u8>, Unreadable> {
@@ -258,6 +267,13 @@ impl Loader {
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         read_whole(fd).map_err(|e| Unreadable(format!("reading its file: {e}")))
     }
+}
+
+/// A copy of the metadata note of the code object `image`.
+fn note_of(image: &[u8]) -> Result<Vec<u8>, Unreadable> {
+    metadata_note(image)
+        .map(<[u8]>::to_vec)
+        .map_err(|e| Unreadable(e.to_string()))
 }
 
 /// Reads the file behind `fd` from offset 0 with `pread`, leaving its offset alone.

@@ -1,17 +1,18 @@
 //! Kernel names: after `hsa_executable_freeze`, every kernel symbol of the
-//! executable goes into the kernel table (kernel object → name), with the
-//! kernel's register and static memory use read from the executable's loaded
-//! code objects ([`crate::code_objects`]).
+//! executable (kernel object and name) and the metadata note of each of its
+//! loaded code objects ([`crate::code_objects`]) are copied out of the runtime
+//! and handed to the writer thread ([`rprof_core::engine::Engine::push_loaded_kernels`]),
+//! which parses, demangles and files them in the kernel table. The app's
+//! thread only copies.
 //!
 //! Owns iterating an executable's symbols and reading a kernel's name and
 //! object; must not demangle, filter or number kernels (that is
 //! `rprof_core::kernels`) nor parse code objects (`rprof_core::code_object`).
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rprof_core::sink::KernelResourceCounts;
+use rprof_core::kernels::LoadedKernels;
 
 use hsa_sys::{
     hsa_executable_symbol_t, hsa_executable_t, hsa_status_t,
@@ -28,63 +29,43 @@ type GetInfo = hsa_sys::hsa_executable_symbol_get_info_fn_t;
 /// What the symbol iteration's callback needs.
 struct Visit {
     session: &'static Session,
-    /// Resources by kernel name (the metadata's `.name`, mangled).
-    resources: HashMap<String, KernelResourceCounts>,
+    /// The kernel symbols found so far.
+    symbols: Vec<(u64, String)>,
 }
 
-/// Set once a code object could not be read (said once per run).
-static SAID_UNREADABLE: AtomicBool = AtomicBool::new(false);
+/// Set once the runtime was found without a loader extension (said once per run).
+static SAID_NO_LOADER: AtomicBool = AtomicBool::new(false);
 
-/// The resources of every kernel loaded into `executable`, by kernel name.
-/// Unreadable code objects are reported once per run; their kernels get no
-/// resources (their register columns are 0).
-fn resources_of(
-    s: &Session,
-    executable: hsa_executable_t,
-) -> HashMap<String, KernelResourceCounts> {
+/// The metadata notes of every code object loaded into `executable`, and
+/// why the first unreadable one could not be read (its kernels get no
+/// resources; the writer says so once per run).
+fn notes_of(s: &Session, executable: hsa_executable_t, kernels: &mut LoadedKernels) {
     let Some(loader) = Loader::query(&s.rt) else {
-        if !SAID_UNREADABLE.swap(true, Ordering::Relaxed) {
+        if !SAID_NO_LOADER.swap(true, Ordering::Relaxed) {
             eprintln!("rprof: warning: the HSA runtime has no loader extension; kernel register counts are not recorded");
         }
-        return HashMap::new();
+        return;
     };
-    let (kernels, unreadable) = loader.kernel_resources(executable);
-    if let Some(why) = unreadable.first() {
-        if !SAID_UNREADABLE.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "rprof: warning: a code object's kernel metadata could not be read ({}); its kernels' register counts are 0",
-                why.0
-            );
-        }
-    }
-    kernels
-        .into_iter()
-        .map(|(code_object_id, k)| {
-            let counts = KernelResourceCounts {
-                code_object_id,
-                sgpr_count: k.sgpr_count,
-                arch_vgpr_count: k.vgpr_count,
-                accum_vgpr_count: k.agpr_count,
-                group_segment_fixed_size: k.group_segment_fixed_size,
-                private_segment_fixed_size: k.private_segment_fixed_size,
-            };
-            let name = k.symbol.strip_suffix(".kd").unwrap_or(&k.name).to_string();
-            (name, counts)
-        })
-        .collect()
+    let (notes, unreadable) = loader.metadata_notes(executable);
+    kernels.notes = notes;
+    kernels.unreadable = unreadable.into_iter().next().map(|why| why.0);
 }
 
-/// Records the kernels of a frozen executable in the session's kernel table.
+/// Hands the kernels of a frozen executable to the writer's kernel table.
 pub(super) fn record(s: &'static Session, executable: hsa_executable_t) {
+    let mut kernels = LoadedKernels::default();
+    notes_of(s, executable, &mut kernels);
     if let Some(iterate) = s.rt.core.hsa_executable_iterate_symbols_fn {
         let mut v = Visit {
             session: s,
-            resources: resources_of(s, executable),
+            symbols: Vec::new(),
         };
         // SAFETY: a frozen executable; the callback only reads symbols and
         // `v`, which outlives the call and is not otherwise borrowed.
         unsafe { iterate(executable, Some(visit), (&mut v as *mut Visit).cast()) };
+        kernels.symbols = v.symbols;
     }
+    s.engine.push_loaded_kernels(kernels);
 }
 
 /// The symbol iteration's callback: records `symbol` if it is a kernel.
@@ -93,8 +74,9 @@ unsafe extern "C" fn visit(
     symbol: hsa_executable_symbol_t,
     data: *mut c_void,
 ) -> hsa_status_t {
-    // SAFETY: `data` is the `Visit` passed by `record`, alive for the call.
-    let v = unsafe { &*data.cast::<Visit>() };
+    // SAFETY: `data` is the `Visit` passed by `record`, alive for the call
+    // and not otherwise borrowed during it.
+    let v = unsafe { &mut *data.cast::<Visit>() };
     let s = v.session;
     guarded(
         "kernel symbol lookup",
@@ -103,11 +85,8 @@ unsafe extern "C" fn visit(
             let Some(get) = s.rt.core.hsa_executable_symbol_get_info_fn else {
                 return;
             };
-            if let Some((object, name)) = kernel(get, symbol) {
-                let name = name.trim_end_matches('\0');
-                let bare = name.strip_suffix(".kd").unwrap_or(name);
-                let resources = v.resources.get(bare).copied();
-                s.kernels.insert_with_resources(object, name, resources);
+            if let Some(found) = kernel(get, symbol) {
+                v.symbols.push(found);
             }
         },
     );

@@ -66,7 +66,6 @@ pub struct Session {
     rt: Runtime,
     engine: Arc<Engine<PooledSignal>>,
     source: PoolSource,
-    kernels: Arc<KernelTable>,
     agents: Vec<AgentInfo>,
     /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
     /// loaded rprof counts).
@@ -249,7 +248,6 @@ impl Session {
             rt,
             engine: engine.clone(),
             source: PoolSource::new(pool),
-            kernels: kernels.clone(),
             agents: agents.clone(),
             init_depth: AtomicI64::new(1),
             queues: Mutex::new(HashMap::new()),
