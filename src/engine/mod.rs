@@ -177,7 +177,7 @@ impl Default for EngineOptions {
             max_in_flight: 4096,
             handoff_queue: 4096,
             max_copies_in_flight: 4096,
-            record_queue: 1 << 14,
+            record_queue: 1 << 13,
             pool_wait: Duration::from_secs(10),
             min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
