@@ -36,7 +36,8 @@
 //! (+ at most [`LAUNCH_TABLE_LIMIT`] launch configurations in
 //! [`KernelArgs::Standard`]).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use std::fs::File;
 use std::io;
 use std::path::Path;
