@@ -127,14 +127,252 @@ pub fn kernel_resources(elf: &[u8]) -> Result<Vec<KernelResources>, CodeObjectEr
 }
 
 /// As [`kernel_resources`], from the metadata note alone ([`metadata_note`]).
+///
+/// Reads the MessagePack in one pass without building a tree: only the
+/// `amdhsa.kernels` entries' names and counts are kept, everything else is
+/// skipped (a tree of every kernel's argument list cost 35 k instructions
+/// per kernel). For duplicated keys the first one counts.
 pub fn note_kernel_resources(metadata: &[u8]) -> Result<Vec<KernelResources>, CodeObjectError> {
-    let mut reader = metadata;
-    let value = rmpv::decode::read_value(&mut reader)
-        .map_err(|e| CodeObjectError::BadMetadata(e.to_string()))?;
-    let kernels = map_get(&value, "amdhsa.kernels")
-        .and_then(rmpv::Value::as_array)
-        .ok_or_else(|| CodeObjectError::BadMetadata("no amdhsa.kernels array".into()))?;
-    kernels.iter().map(kernel_entry).collect()
+    let mut r = Reader(metadata);
+    let Some(pairs) = r.map_len()? else {
+        return Err(bad("the metadata is not a map"));
+    };
+    let mut kernels = None;
+    for _ in 0..pairs {
+        let key = r.str()?;
+        if kernels.is_none() && key == Some("amdhsa.kernels") {
+            let Some(n) = r.array_len()? else {
+                return Err(bad("no amdhsa.kernels array"));
+            };
+            let mut list = Vec::with_capacity(n.min(1 << 16) as usize);
+            for _ in 0..n {
+                list.push(r.kernel()?);
+            }
+            kernels = Some(list);
+        } else {
+            r.skip()?;
+        }
+    }
+    kernels.ok_or_else(|| bad("no amdhsa.kernels array"))
+}
+
+fn bad(why: impl Into<String>) -> CodeObjectError {
+    CodeObjectError::BadMetadata(why.into())
+}
+
+/// A MessagePack reader over a byte slice: each call takes one value off the
+/// front (a string or length it reads, anything else it skips).
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CodeObjectError> {
+        if self.0.len() < n {
+            return Err(bad("the metadata is cut short"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn be(&mut self, n: usize) -> Result<u64, CodeObjectError> {
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |v, &b| v << 8 | u64::from(b)))
+    }
+
+    fn marker(&mut self) -> Result<rmp::Marker, CodeObjectError> {
+        Ok(rmp::Marker::from_u8(self.take(1)?[0]))
+    }
+
+    /// The next value if it is a map: its number of pairs (the pairs follow).
+    /// Anything else is skipped.
+    fn map_len(&mut self) -> Result<Option<u64>, CodeObjectError> {
+        let m = self.marker()?;
+        Ok(match m {
+            rmp::Marker::FixMap(n) => Some(u64::from(n)),
+            rmp::Marker::Map16 => Some(self.be(2)?),
+            rmp::Marker::Map32 => Some(self.be(4)?),
+            other => {
+                self.skip_after(other)?;
+                None
+            }
+        })
+    }
+
+    /// The next value if it is an array: its length (the items follow).
+    fn array_len(&mut self) -> Result<Option<u64>, CodeObjectError> {
+        let m = self.marker()?;
+        Ok(match m {
+            rmp::Marker::FixArray(n) => Some(u64::from(n)),
+            rmp::Marker::Array16 => Some(self.be(2)?),
+            rmp::Marker::Array32 => Some(self.be(4)?),
+            other => {
+                self.skip_after(other)?;
+                None
+            }
+        })
+    }
+
+    /// The next value if it is a UTF-8 string.
+    fn str(&mut self) -> Result<Option<&'a str>, CodeObjectError> {
+        let m = self.marker()?;
+        let len = match m {
+            rmp::Marker::FixStr(n) => usize::from(n),
+            rmp::Marker::Str8 => self.be(1)? as usize,
+            rmp::Marker::Str16 => self.be(2)? as usize,
+            rmp::Marker::Str32 => self.be(4)? as usize,
+            other => {
+                self.skip_after(other)?;
+                return Ok(None);
+            }
+        };
+        Ok(std::str::from_utf8(self.take(len)?).ok())
+    }
+
+    /// The next value if it is a non-negative integer.
+    fn uint(&mut self) -> Result<Option<u64>, CodeObjectError> {
+        let m = self.marker()?;
+        let signed = |v: u64, bits: u32| -> Option<u64> {
+            // Sign-extend, then keep it only if it is not negative.
+            let shift = 64 - bits;
+            let v = ((v << shift) as i64) >> shift;
+            u64::try_from(v).ok()
+        };
+        Ok(match m {
+            rmp::Marker::FixPos(n) => Some(u64::from(n)),
+            rmp::Marker::U8 => Some(self.be(1)?),
+            rmp::Marker::U16 => Some(self.be(2)?),
+            rmp::Marker::U32 => Some(self.be(4)?),
+            rmp::Marker::U64 => Some(self.be(8)?),
+            rmp::Marker::I8 => signed(self.be(1)?, 8),
+            rmp::Marker::I16 => signed(self.be(2)?, 16),
+            rmp::Marker::I32 => signed(self.be(4)?, 32),
+            rmp::Marker::I64 => signed(self.be(8)?, 64),
+            other => {
+                self.skip_after(other)?;
+                None
+            }
+        })
+    }
+
+    /// Skips the next value, however deeply nested.
+    fn skip(&mut self) -> Result<(), CodeObjectError> {
+        let m = self.marker()?;
+        self.skip_after(m)
+    }
+
+    /// Skips the rest of a value whose marker `m` was just read: its
+    /// payload, and for arrays and maps their items too (counted, not
+    /// recursed into).
+    fn skip_after(&mut self, m: rmp::Marker) -> Result<(), CodeObjectError> {
+        use rmp::Marker as M;
+        let mut values: u64 = 0;
+        let mut m = m;
+        loop {
+            let payload = match m {
+                M::FixPos(_) | M::FixNeg(_) | M::Null | M::True | M::False => 0,
+                M::Reserved => return Err(bad("a reserved MessagePack marker")),
+                M::U8 | M::I8 => 1,
+                M::U16 | M::I16 => 2,
+                M::U32 | M::I32 | M::F32 => 4,
+                M::U64 | M::I64 | M::F64 => 8,
+                M::FixStr(n) => usize::from(n),
+                M::Str8 | M::Bin8 => self.be(1)? as usize,
+                M::Str16 | M::Bin16 => self.be(2)? as usize,
+                M::Str32 | M::Bin32 => self.be(4)? as usize,
+                M::FixExt1 => 2,
+                M::FixExt2 => 3,
+                M::FixExt4 => 5,
+                M::FixExt8 => 9,
+                M::FixExt16 => 17,
+                M::Ext8 => self.be(1)? as usize + 1,
+                M::Ext16 => self.be(2)? as usize + 1,
+                M::Ext32 => self.be(4)? as usize + 1,
+                M::FixArray(n) => {
+                    values += u64::from(n);
+                    0
+                }
+                M::Array16 => {
+                    values += self.be(2)?;
+                    0
+                }
+                M::Array32 => {
+                    values += self.be(4)?;
+                    0
+                }
+                M::FixMap(n) => {
+                    values += 2 * u64::from(n);
+                    0
+                }
+                M::Map16 => {
+                    values += 2 * self.be(2)?;
+                    0
+                }
+                M::Map32 => {
+                    values += 2 * self.be(4)?;
+                    0
+                }
+            };
+            self.take(payload)?;
+            if values == 0 {
+                return Ok(());
+            }
+            // Every value takes at least one byte: a count beyond what is
+            // left is a malformed note, found before looping over it.
+            if values > self.0.len() as u64 {
+                return Err(bad("the metadata is cut short"));
+            }
+            values -= 1;
+            m = self.marker()?;
+        }
+    }
+
+    /// One `amdhsa.kernels` entry.
+    fn kernel(&mut self) -> Result<KernelResources, CodeObjectError> {
+        let pairs = self.map_len()?.unwrap_or(0);
+        let (mut name, mut symbol) = (None, None);
+        let mut counts: [Option<u32>; 5] = [None; 5];
+        const COUNTS: [&str; 5] = [
+            ".sgpr_count",
+            ".vgpr_count",
+            ".agpr_count",
+            ".group_segment_fixed_size",
+            ".private_segment_fixed_size",
+        ];
+        for _ in 0..pairs {
+            match self.str()? {
+                Some(".name") if name.is_none() => {
+                    name = Some(self.str()?.ok_or_else(|| bad("a kernel without .name"))?);
+                }
+                Some(".symbol") if symbol.is_none() => {
+                    symbol = Some(self.str()?.ok_or_else(|| bad("a kernel without .symbol"))?);
+                }
+                Some(key) => match COUNTS.iter().position(|k| *k == key) {
+                    Some(i) if counts[i].is_none() => {
+                        let n = self.uint()?.and_then(|n| u32::try_from(n).ok());
+                        counts[i] = Some(n.ok_or_else(|| bad(format!("{key} is not a u32")))?);
+                    }
+                    _ => self.skip()?,
+                },
+                None => self.skip()?,
+            }
+        }
+        let [sgpr, vgpr, agpr, group, private] = counts.map(|c| c.unwrap_or(0));
+        Ok(KernelResources {
+            name: name
+                .ok_or_else(|| bad("a kernel without .name"))?
+                .to_owned(),
+            symbol: symbol
+                .ok_or_else(|| bad("a kernel without .symbol"))?
+                .to_owned(),
+            sgpr_count: sgpr,
+            vgpr_count: vgpr,
+            agpr_count: agpr,
+            group_segment_fixed_size: group,
+            private_segment_fixed_size: private,
+        })
+    }
 }
 
 /// Returns the descriptor bytes of the first `AMDGPU` note of type
@@ -164,41 +402,6 @@ pub fn metadata_note(data: &[u8]) -> Result<&[u8], CodeObjectError> {
         }
     }
     Err(CodeObjectError::NoMetadata)
-}
-
-fn map_get<'v>(value: &'v rmpv::Value, key: &str) -> Option<&'v rmpv::Value> {
-    value
-        .as_map()?
-        .iter()
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v)
-}
-
-fn kernel_entry(kernel: &rmpv::Value) -> Result<KernelResources, CodeObjectError> {
-    let text = |key: &str| -> Result<String, CodeObjectError> {
-        map_get(kernel, key)
-            .and_then(rmpv::Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| CodeObjectError::BadMetadata(format!("a kernel without {key}")))
-    };
-    let count = |key: &str| -> Result<u32, CodeObjectError> {
-        match map_get(kernel, key) {
-            None => Ok(0),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| CodeObjectError::BadMetadata(format!("{key} is not a u32"))),
-        }
-    };
-    Ok(KernelResources {
-        name: text(".name")?,
-        symbol: text(".symbol")?,
-        sgpr_count: count(".sgpr_count")?,
-        vgpr_count: count(".vgpr_count")?,
-        agpr_count: count(".agpr_count")?,
-        group_segment_fixed_size: count(".group_segment_fixed_size")?,
-        private_segment_fixed_size: count(".private_segment_fixed_size")?,
-    })
 }
 
 #[cfg(test)]
@@ -367,5 +570,210 @@ __kernel void uses_scratch(__global int* out, int n) {
         for len in [16, 64, elf.len() / 2, elf.len() - 1] {
             assert!(kernel_resources(&elf[..len]).is_err(), "cut at {len}");
         }
+    }
+
+    /// The tree-building reading the streaming reader replaced, kept as its
+    /// oracle: the whole note as an `rmpv::Value`, then the fields looked up.
+    fn tree_oracle(note: &[u8]) -> Option<Vec<KernelResources>> {
+        let value = rmpv::decode::read_value(&mut &note[..]).ok()?;
+        let get = |v: &'_ rmpv::Value, key: &str| -> Option<rmpv::Value> {
+            v.as_map()?
+                .iter()
+                .find(|(k, _)| k.as_str() == Some(key))
+                .map(|(_, v)| v.clone())
+        };
+        let kernels = get(&value, "amdhsa.kernels")?;
+        kernels
+            .as_array()?
+            .iter()
+            .map(|k| {
+                let text = |key| get(k, key)?.as_str().map(str::to_owned);
+                let count = |key| match get(k, key) {
+                    None => Some(0),
+                    Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()),
+                };
+                Some(KernelResources {
+                    name: text(".name")?,
+                    symbol: text(".symbol")?,
+                    sgpr_count: count(".sgpr_count")?,
+                    vgpr_count: count(".vgpr_count")?,
+                    agpr_count: count(".agpr_count")?,
+                    group_segment_fixed_size: count(".group_segment_fixed_size")?,
+                    private_segment_fixed_size: count(".private_segment_fixed_size")?,
+                })
+            })
+            .collect()
+    }
+
+    fn encode(v: &rmpv::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    fn s(text: &str) -> rmpv::Value {
+        rmpv::Value::from(text)
+    }
+
+    /// A kernel map with every kind of value the format has around the fields
+    /// read: wide integers, signed ones, floats, binary, extension types,
+    /// nested argument lists, long strings and maps past 15 entries.
+    fn kernel_value(i: i64) -> rmpv::Value {
+        use rmpv::Value as V;
+        let args: Vec<V> = (0..(i % 20))
+            .map(|a| {
+                V::Map(vec![
+                    (s(".name"), s(&format!("arg{a}"))),
+                    (s(".size"), V::from(8)),
+                    (s(".offset"), V::from(a * 8)),
+                    (s(".value_kind"), s("global_buffer")),
+                    (s(".is_const"), V::Boolean(a % 2 == 0)),
+                ])
+            })
+            .collect();
+        let mut pairs = vec![
+            (s(".args"), V::Array(args)),
+            (s(".kernarg_segment_size"), V::from(1u64 << 40)),
+            (s(".wavefront_size"), V::from(64)),
+            (s(".max_flat_workgroup_size"), V::from(1024)),
+            (s(".uses_dynamic_stack"), V::Boolean(false)),
+            (s(".float"), V::F64(1.5)),
+            (s(".bin"), V::Binary(vec![7; (i as usize * 37) % 300])),
+            (s(".ext"), V::Ext(5, vec![1; (i as usize) % 18])),
+            (s(".nil"), V::Nil),
+            (s(".negative"), V::from(-i - 1)),
+            (s(".long"), s(&"x".repeat((i as usize * 97) % 70_000))),
+            (s(".name"), s(&format!("_Z6kernel{i}Pfi"))),
+            (s(".symbol"), s(&format!("_Z6kernel{i}Pfi.kd"))),
+            (s(".sgpr_count"), V::from(i * 3 % 106)),
+            (s(".vgpr_count"), V::from(i * 1000)),
+            // A signed encoding of a non-negative count is still a count.
+            (s(".agpr_count"), V::Integer(rmpv::Integer::from(i % 5))),
+            (s(".group_segment_fixed_size"), V::from(i * 70_000)),
+            (s(".private_segment_fixed_size"), V::from(i % 300)),
+            (V::from(17), s("a key that is not a string")),
+        ];
+        let n = pairs.len();
+        pairs.rotate_left((i as usize) % n);
+        V::Map(pairs)
+    }
+
+    fn document(kernels: Vec<rmpv::Value>) -> rmpv::Value {
+        use rmpv::Value as V;
+        V::Map(vec![
+            (s("amdhsa.version"), V::Array(vec![V::from(1), V::from(2)])),
+            (s("amdhsa.target"), s("amdgcn-amd-amdhsa--gfx90a")),
+            (s("amdhsa.kernels"), V::Array(kernels)),
+            (s("amdhsa.printf"), V::Array(vec![])),
+        ])
+    }
+
+    #[test]
+    fn the_streaming_reader_reads_what_the_tree_does() {
+        let note = encode(&document((0..300).map(kernel_value).collect()));
+        let read = note_kernel_resources(&note).unwrap();
+        assert_eq!(read.len(), 300);
+        assert_eq!(Some(read.clone()), tree_oracle(&note));
+        assert_eq!(read[7].name, "_Z6kernel7Pfi");
+        assert_eq!(read[7].symbol, "_Z6kernel7Pfi.kd");
+        assert_eq!(
+            (
+                read[7].sgpr_count,
+                read[7].vgpr_count,
+                read[7].agpr_count,
+                read[7].group_segment_fixed_size,
+                read[7].private_segment_fixed_size
+            ),
+            (21, 7000, 2, 490_000, 7)
+        );
+    }
+
+    #[test]
+    fn every_malformed_note_is_an_error_as_it_is_for_the_tree() {
+        use rmpv::Value as V;
+        let kernel = |pairs: Vec<(V, V)>| encode(&document(vec![V::Map(pairs)]));
+        let named =
+            |extra: (V, V)| kernel(vec![(s(".name"), s("k")), (s(".symbol"), s("k.kd")), extra]);
+        let cases = [
+            ("missing .symbol", kernel(vec![(s(".name"), s("k"))])),
+            ("missing .name", kernel(vec![(s(".symbol"), s("k.kd"))])),
+            (
+                "count too wide",
+                named((s(".sgpr_count"), V::from(1u64 << 32))),
+            ),
+            ("negative count", named((s(".vgpr_count"), V::from(-1)))),
+            ("float count", named((s(".agpr_count"), V::F32(2.0)))),
+            (
+                "name not text",
+                kernel(vec![(s(".name"), V::from(3)), (s(".symbol"), s("k"))]),
+            ),
+            ("kernel not a map", encode(&document(vec![V::from(1)]))),
+            (
+                "kernels not an array",
+                encode(&V::Map(vec![(s("amdhsa.kernels"), V::from(1))])),
+            ),
+            (
+                "no kernels",
+                encode(&V::Map(vec![(s("amdhsa.target"), s("x"))])),
+            ),
+            ("not a map", encode(&V::Array(vec![]))),
+            ("reserved marker", vec![0xc1]),
+            ("empty", vec![]),
+        ];
+        for (what, note) in cases {
+            assert!(note_kernel_resources(&note).is_err(), "{what}");
+            assert_eq!(tree_oracle(&note), None, "the oracle agrees: {what}");
+        }
+        // The first of two `.name`s counts, as the tree lookup finds it.
+        let twice = kernel(vec![
+            (s(".name"), s("first")),
+            (s(".symbol"), s("k.kd")),
+            (s(".name"), s("second")),
+        ]);
+        assert_eq!(note_kernel_resources(&twice).unwrap()[0].name, "first");
+        assert_eq!(tree_oracle(&twice).unwrap()[0].name, "first");
+        // Every cut of a valid note is an error, never a panic or a hang
+        // (a length prefix promising more than is left included).
+        let note = encode(&document((0..12).map(kernel_value).collect()));
+        for len in 0..note.len() {
+            assert!(note_kernel_resources(&note[..len]).is_err(), "cut at {len}");
+        }
+        // Signed encodings (which encoders use for counts held as signed
+        // values): a non-negative one is a count, a negative one an error.
+        let signed = |count: &[u8]| {
+            let mut note = vec![0x81, 0xae];
+            note.extend(b"amdhsa.kernels");
+            note.extend([0x91, 0x83, 0xa5]);
+            note.extend(b".name");
+            note.extend([0xa1, b'k', 0xa7]);
+            note.extend(b".symbol");
+            note.extend([0xa4]);
+            note.extend(b"k.kd");
+            note.push(0xab);
+            note.extend(b".sgpr_count");
+            note.extend(count);
+            note
+        };
+        for (bytes, want) in [
+            (&[0xd0, 0x05][..], Some(5)),
+            (&[0xd1, 0x01, 0x02][..], Some(258)),
+            (&[0xd2, 0, 0, 0, 9][..], Some(9)),
+            (&[0xd3, 0, 0, 0, 0, 0, 0, 0, 11][..], Some(11)),
+            (&[0xd0, 0xfb][..], None),
+            (&[0xd1, 0xff, 0xfe][..], None),
+            (&[0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0][..], None),
+        ] {
+            let note = signed(bytes);
+            let got = note_kernel_resources(&note).ok().map(|k| k[0].sgpr_count);
+            assert_eq!(got, want, "{bytes:x?}");
+            assert_eq!(
+                tree_oracle(&note).map(|k| k[0].sgpr_count),
+                want,
+                "{bytes:x?}"
+            );
+        }
+        let mut huge = vec![0xdd, 0xff, 0xff, 0xff, 0xff];
+        huge.extend([0xc0; 8]);
+        assert!(note_kernel_resources(&huge).is_err());
     }
 }

@@ -9,14 +9,15 @@
 //! demangling and filtering happen in [`KernelTable::learn`], off the
 //! application's thread (an executable of 256 kernels cost the app 1.4 ms
 //! when the hook did it all). Names are demangled (and truncated if asked)
-//! once, at insertion, and the include/exclude decision is cached with them,
-//! so the per-record cost is one concurrent hash-map lookup. It must not
+//! once, when a kernel is first resolved (most kernels an app loads are never
+//! launched), and the include/exclude decision is cached with them, so the
+//! per-record cost is one concurrent hash-map lookup. It must not
 //! touch the runtime (symbols reach it as names and addresses) nor format
 //! outputs (the sinks do).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use dashmap::DashMap;
 use regex::Regex;
@@ -31,20 +32,41 @@ pub struct KernelEntry {
     pub kernel_id: u64,
     /// The symbol name from the code object, without a `.kd` suffix.
     pub symbol_name: String,
-    /// What outputs show: demangled, truncated if configured.
-    pub display_name: String,
-    /// Whether the include/exclude filters keep this kernel.
-    pub keep: bool,
     /// Registers and static memory from the code object's metadata.
     pub resources: Option<KernelResourceCounts>,
+    /// Display name and filter verdict, worked out when the kernel is first
+    /// resolved ([`KernelTable::resolve`]), not when it is loaded: an app
+    /// loads whole libraries of kernels and launches a few, and demangling
+    /// was the largest per-kernel cost left (2.5–7 µs each).
+    named: OnceLock<Named>,
+}
+
+/// What a kernel is shown as, and whether the filters keep it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Named {
+    display_name: String,
+    keep: bool,
 }
 
 impl KernelEntry {
+    /// What outputs show: demangled, truncated if configured. (An entry is
+    /// always named by the time the table hands it out.)
+    pub fn display_name(&self) -> &str {
+        self.named
+            .get()
+            .map_or(self.symbol_name.as_str(), |n| n.display_name.as_str())
+    }
+
+    /// Whether the include/exclude filters keep this kernel.
+    pub fn keep(&self) -> bool {
+        self.named.get().is_none_or(|n| n.keep)
+    }
+
     /// The view that sinks receive.
     pub fn info(&self) -> KernelInfo<'_> {
         KernelInfo {
             kernel_id: self.kernel_id,
-            display_name: &self.display_name,
+            display_name: self.display_name(),
             symbol_name: &self.symbol_name,
             resources: self.resources,
         }
@@ -76,6 +98,17 @@ impl NamePolicy {
         self.include.as_ref().is_none_or(|r| r.is_match(display))
             && !self.exclude.as_ref().is_some_and(|r| r.is_match(display))
     }
+
+    /// The display name of `symbol` and the verdict on it.
+    fn name(&self, symbol: &str) -> Named {
+        let display_name = if self.truncate {
+            base_name(symbol)
+        } else {
+            demangle(symbol)
+        };
+        let keep = self.keeps(&display_name);
+        Named { display_name, keep }
+    }
 }
 
 /// The kernels of one frozen executable, as the code-object hook copies them
@@ -103,7 +136,7 @@ pub struct KernelTable {
     by_object: DashMap<u64, Arc<KernelEntry>, foldhash::fast::RandomState>,
     /// Ids are per symbol name, so one kernel loaded on two agents (two
     /// kernel objects) shares one id.
-    ids_by_symbol: DashMap<String, u64>,
+    ids_by_symbol: DashMap<String, u64, foldhash::fast::RandomState>,
     next_id: AtomicU64,
     /// An unreadable code object has been reported (once per run).
     said_unreadable: AtomicBool,
@@ -134,26 +167,38 @@ impl KernelTable {
         symbol_name: &str,
         resources: Option<KernelResourceCounts>,
     ) -> Arc<KernelEntry> {
+        let entry = self.enter(kernel_object, symbol_name, resources);
+        self.named(&entry);
+        entry
+    }
+
+    /// Files `kernel_object` under its symbol, not yet named.
+    fn enter(
+        &self,
+        kernel_object: u64,
+        symbol_name: &str,
+        resources: Option<KernelResourceCounts>,
+    ) -> Arc<KernelEntry> {
         let symbol = symbol_name.strip_suffix(".kd").unwrap_or(symbol_name);
         let kernel_id = *self
             .ids_by_symbol
             .entry(symbol.to_string())
             .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
-        let display_name = if self.policy.truncate {
-            base_name(symbol)
-        } else {
-            demangle(symbol)
-        };
-        let keep = self.policy.keeps(&display_name);
         let entry = Arc::new(KernelEntry {
             kernel_id,
             symbol_name: symbol.to_string(),
-            display_name,
-            keep,
             resources,
+            named: OnceLock::new(),
         });
         self.by_object.insert(kernel_object, Arc::clone(&entry));
         entry
+    }
+
+    /// `entry`, named (on its first use).
+    fn named(&self, entry: &KernelEntry) {
+        entry
+            .named
+            .get_or_init(|| self.policy.name(&entry.symbol_name));
     }
 
     /// Enters the kernels of a frozen executable, each with its resources
@@ -194,7 +239,7 @@ impl KernelTable {
         for (object, name) in &kernels.symbols {
             let name = name.trim_end_matches('\0');
             let bare = name.strip_suffix(".kd").unwrap_or(name);
-            self.insert_with_resources(*object, name, resources.get(bare).copied());
+            self.enter(*object, name, resources.get(bare).copied());
         }
         problem.filter(|_| !self.said_unreadable.swap(true, Ordering::Relaxed))
     }
@@ -204,7 +249,9 @@ impl KernelTable {
     /// `unknown_kernel_0x<object>` on first sight.
     pub fn resolve(&self, kernel_object: u64) -> Arc<KernelEntry> {
         if let Some(e) = self.by_object.get(&kernel_object) {
-            return Arc::clone(&e);
+            let e = Arc::clone(&e);
+            self.named(&e);
+            return e;
         }
         self.insert(kernel_object, &format!("unknown_kernel_{kernel_object:#x}"))
     }
@@ -438,11 +485,52 @@ mod tests {
         assert_eq!(b.kernel_id, 1);
         assert_eq!(c.kernel_id, 2);
         assert_eq!(a.symbol_name, "_Z3addPfS_i");
-        assert_eq!(t.resolve(0x1000).display_name, "add(float*, float*, int)");
+        assert_eq!(t.resolve(0x1000).display_name(), "add(float*, float*, int)");
         let u = t.resolve(0xdead);
-        assert_eq!(u.display_name, "unknown_kernel_0xdead");
+        assert_eq!(u.display_name(), "unknown_kernel_0xdead");
         assert_eq!(u.kernel_id, 3);
         assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn learned_kernels_are_named_when_first_resolved() {
+        let t = KernelTable::new(NamePolicy {
+            truncate: false,
+            include: Some(Regex::new("^add").unwrap()),
+            exclude: None,
+        });
+        let problem = t.learn(&LoadedKernels {
+            symbols: vec![
+                (0x10, "_Z3addPfS_i.kd".into()),
+                (0x20, "_Z3mulPfS_i.kd\0".into()),
+            ],
+            notes: vec![(4, b"not msgpack".to_vec())],
+            unreadable: None,
+        });
+        assert!(
+            problem.is_some_and(|p| p.contains("malformed")),
+            "said once"
+        );
+        assert_eq!(t.len(), 2);
+        assert!(t.by_object.iter().all(|e| e.named.get().is_none()));
+        let add = t.resolve(0x10);
+        assert_eq!(
+            (add.display_name(), add.keep()),
+            ("add(float*, float*, int)", true)
+        );
+        let mul = t.resolve(0x20);
+        assert_eq!(
+            (mul.display_name(), mul.keep()),
+            ("mul(float*, float*, int)", false)
+        );
+        assert_eq!((add.kernel_id, mul.kernel_id), (1, 2));
+        assert_eq!(mul.symbol_name, "_Z3mulPfS_i");
+        // A second unreadable note is not said again.
+        let again = t.learn(&LoadedKernels {
+            unreadable: Some("gone".into()),
+            ..Default::default()
+        });
+        assert_eq!(again, None);
     }
 
     #[test]
@@ -452,7 +540,7 @@ mod tests {
             include: Some(Regex::new("^add$").unwrap()),
             exclude: None,
         });
-        assert!(t.insert(1, "_Z3addPfS_i").keep);
-        assert!(!t.insert(2, "_Z3mulPfS_i").keep);
+        assert!(t.insert(1, "_Z3addPfS_i").keep());
+        assert!(!t.insert(2, "_Z3mulPfS_i").keep());
     }
 }

@@ -643,9 +643,9 @@ mod tests {
         .unwrap()
         .unwrap();
         let kernels = KernelTable::new(NamePolicy::from_config(&c));
-        assert!(kernels.insert(1, "add_f32").keep);
-        assert!(!kernels.insert(2, "mul").keep);
-        assert!(!kernels.insert(3, "add_slow").keep);
+        assert!(kernels.insert(1, "add_f32").keep());
+        assert!(!kernels.insert(2, "mul").keep());
+        assert!(!kernels.insert(3, "add_slow").keep());
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub trait KernelNames {
 impl KernelNames for &KernelTable {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
         let entry = self.resolve(kernel_object);
-        f(&entry.info(), entry.keep);
+        f(&entry.info(), entry.keep());
     }
 
     fn learn(&mut self, kernels: &LoadedKernels) {
