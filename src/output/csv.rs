@@ -380,44 +380,21 @@ const ROW_NUMBERS_MAX: usize = 16 + 25 * 21 + 1;
 /// row is ~25 short numbers, and copying each from a formatting buffer (or
 /// pushing its digits) cost a `memcpy` call or a capacity check per field:
 /// the largest part of the CSV's CPU on the graph storm.
-/// "00", "01", ... "99", back to back.
-const DIGIT_PAIRS: [u8; 200] = {
-    let mut t = [0u8; 200];
-    let mut n = 0;
-    while n < 100 {
-        t[2 * n] = b'0' + (n / 10) as u8;
-        t[2 * n + 1] = b'0' + (n % 10) as u8;
-        n += 1;
-    }
-    t
-};
-
 struct RowWriter<'a> {
     buf: &'a mut [u8],
     at: usize,
 }
 
 impl RowWriter<'_> {
-    /// `v` in decimal, then a comma: two digits per division, from a table
-    /// of the hundred digit pairs (timestamps and correlation ids have 14).
+    /// `v` in decimal, then a comma.
     fn num(&mut self, mut v: u64) {
         let digits = v.checked_ilog10().unwrap_or(0) as usize + 1;
         let end = self.at + digits;
-        let out = &mut self.buf[self.at..=end];
-        out[digits] = b',';
-        let mut i = digits;
-        while v >= 100 {
-            let pair = (v % 100) as usize * 2;
-            v /= 100;
-            i -= 2;
-            out[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        for d in self.buf[self.at..end].iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
+            v /= 10;
         }
-        if v >= 10 {
-            let pair = v as usize * 2;
-            out[..2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        } else {
-            out[0] = b'0' + v as u8;
-        }
+        self.buf[end] = b',';
         self.at = end + 1;
     }
 
