@@ -4,6 +4,11 @@
 //! intercept queue (how many hardware slots a batch takes, whether it is
 //! submitted at once).
 //!
+//! A kernel's slots, its forwarding barrier's included, come back when the
+//! completion thread sees the kernel finish; the device may not have taken
+//! the barrier out of the ring by then, so the ring can hold that one packet
+//! beyond the limit for a moment, inside the quarter the guard leaves free.
+//!
 //! Packet layout itself lives in `rprof-abi` ([`RawPacket`]); this module
 //! holds only what rprof knows about the runtime's intercept queue.
 

@@ -741,6 +741,14 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
     drop(held);
 }
 
+/// The one packet the device ring may hold beyond a queue's slot limit: the
+/// guard frees a kernel's forwarding barrier with the kernel, when the
+/// completion thread sees the kernel's signal, but the device may not have
+/// taken the barrier out of the ring yet (it is the packet right after the
+/// kernel, so there is at most one). It stays within the quarter of the ring
+/// the guard leaves free. CI once saw 13 of 12 this way on a loaded machine.
+const LINGERING_FORWARDING_BARRIER: usize = 1;
+
 #[test]
 fn traced_packets_never_fill_more_than_three_quarters_of_the_ring() {
     let h = Harness::new(64, Names::default());
@@ -758,7 +766,10 @@ fn traced_packets_never_fill_more_than_three_quarters_of_the_ring() {
     }
     let (outcome, _, _) = h.finish();
     assert_eq!(outcome.metadata.dispatches, 200);
-    assert!(max_backlog <= 12, "device backlog reached {max_backlog}");
+    assert!(
+        max_backlog <= 12 + LINGERING_FORWARDING_BARRIER,
+        "device backlog reached {max_backlog}"
+    );
     assert_eq!(q.slots_in_use(), 0);
 }
 
@@ -1531,6 +1542,8 @@ fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching()
             while !stop.load(Ordering::SeqCst) {
                 let closed = engine.records_closed();
                 engine.intercept(&q, &[kernel_packet(1, 2000)], &*pool, |out| {
+                    // The guard's own count never passes the limit.
+                    assert!(q.slots_in_use() <= 12, "{} slots in use", q.slots_in_use());
                     let mut ring = device.ring.lock().unwrap();
                     ring.extend(out.iter().copied());
                     max_backlog.fetch_max(ring.len() as u64, Ordering::SeqCst);
@@ -1564,7 +1577,7 @@ fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching()
     assert!(flush < Duration::from_millis(500), "flush took {flush:?}");
     assert!(after_close.load(Ordering::SeqCst) > 0);
     assert!(
-        max_backlog.load(Ordering::SeqCst) <= 12,
+        max_backlog.load(Ordering::SeqCst) <= 12 + LINGERING_FORWARDING_BARRIER as u64,
         "the device ring held {} packets of a 12-slot queue",
         max_backlog.load(Ordering::SeqCst)
     );
