@@ -1,4 +1,4 @@
-// graph_storm K I [--verify]
+// graph_storm K I [IDLE_MS] [--verify]
 //
 // Captures K small kernels into a HIP graph with stream capture and launches
 // the graph I times (defaults K=256, I=200: 51,200 dispatches). This is the
@@ -10,9 +10,12 @@
 // kernel name. Each node adds (j % 256) + 1 to every element of a small
 // buffer, so after I launches element e holds I * sum_j ((j % 256) + 1);
 // --verify checks that (real hardware only: the emulated GPU does not execute
-// kernels).
+// kernels). IDLE_MS (default 0): the process then sleeps that long with its
+// queues alive and the GPU idle before it exits.
 #include "common.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,9 +40,11 @@ static std::string node_name(int j) {
 }
 
 int main(int argc, char** argv) {
-    hiptests::Args args(argc, argv, "[K=256] [I=200] [--verify]");
+    hiptests::Args args(argc, argv, "[K=256] [I=200] [IDLE_MS=0] [--verify]");
     const int k = (int)args.get(0, 256, 1, 100000, "K (kernels per graph)");
     const int iters = (int)args.get(1, 200, 0, 10000000, "I (graph launches)");
+    // A process that keeps its queues but gives the GPU nothing for a while before it exits.
+    const int idle_ms = (int)args.get(2, 0, 0, 60000, "IDLE_MS (idle time before exit)");
     const std::vector<NodeKernel> table = make_table(std::make_integer_sequence<int, kDistinctKernels>{});
 
     int* data = nullptr;
@@ -92,5 +97,6 @@ int main(int argc, char** argv) {
     HIP_CHECK(hipStreamDestroy(stream));
     HIP_CHECK(hipFree(data));
     log.print();
+    if (idle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
     return 0;
 }

@@ -463,3 +463,65 @@ fn eight_threads_on_four_queues() {
         f.program_rows().iter().map(|r| r.queue_id).collect();
     assert_eq!(queues.len(), 4, "queues {queues:?}");
 }
+
+/// The driver-event waits of one run (`RPROF_EMU_EVENT_REPORT`): all, and
+/// those that returned without sleeping.
+fn event_waits(report: &std::path::Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(report)
+        .unwrap_or_else(|e| panic!("no event report {}: {e}", report.display()));
+    let value = |key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} missing in {text:?}"))
+    };
+    (value("event_waits"), value("event_waits_at_once"))
+}
+
+/// ROCr's async-events thread (6.4.3, 7.0) mis-tracks the driver-event ages
+/// of handlers listed after a hardware queue's two handlers, and every
+/// intercept queue adds one for its doorbell: a doorbell whose pooled event
+/// had fired before made that thread return from every wait at once for the
+/// whole run, even while the app leaves the GPU idle (docs/performance.md).
+/// rprof hands each doorbell an event that never fired. The program idles
+/// 300 ms with its queues alive before it exits: a thread that sleeps makes
+/// no wait there, a spinning one tens of thousands. Untraced the program
+/// makes a few dozen waits; the bound leaves room for HIP's own short-lived
+/// handlers, which the runtime mis-tracks the same way with or without rprof.
+#[test]
+fn the_runtime_event_thread_sleeps_under_rprof_queues() {
+    let prog = hip_program("graph_storm");
+    let args = ["64", "20", "300"];
+    let untraced_dir = harness::run::fresh_dir("event_waits_untraced");
+    let untraced_report = untraced_dir.join("events.txt");
+    let mut cmd = Runtime::selected().command(harness::artefacts::rprof(), &[]);
+    cmd.args(["--device", "emulated", "--"])
+        .arg(&prog)
+        .args(args);
+    harness::run::clear_rprof_env(&mut cmd);
+    cmd.env("RPROF_EMU_EVENT_REPORT", &untraced_report);
+    let untraced = harness::run::run_with_timeout(cmd, untraced_dir);
+    untraced.assert_success();
+    let traced_report = harness::run::fresh_dir("event_waits_report").join("events.txt");
+    let report = traced_report.to_str().unwrap();
+    let run = run_traced(
+        "event_waits",
+        &["-o", "run"],
+        &prog,
+        &args,
+        &[("RPROF_EMU_EVENT_REPORT", report)],
+    );
+    run.assert_success();
+    let facts = check_outputs(&run.dir, "run", &single_report(&run));
+    assert_eq!(facts.program_dispatches(), 64 * 20);
+    let (_, untraced_at_once) = event_waits(&untraced_report);
+    let (waits, at_once) = event_waits(&traced_report);
+    eprintln!(
+        "driver-event waits returning at once: untraced {untraced_at_once}, traced {at_once} of {waits}"
+    );
+    assert!(
+        at_once <= untraced_at_once + 1_000,
+        "the runtime's event thread spun: {at_once} of {waits} waits returned at once \
+         (untraced: {untraced_at_once})"
+    );
+}

@@ -145,6 +145,10 @@ pub struct Config {
     /// KFD interface version reported to the runtime, `(major, minor)`. Minor 14 and later enable event ages
     /// in ROCr >= 6.1 (ROCr 5.2.3 only distinguishes minor < 4 for sramecc ISAs).
     pub kfd_version: (u32, u32),
+    /// File the emulator writes its driver-event wait counts to at exit (`event_waits=N`,
+    /// `event_waits_at_once=M`): how often the runtime's threads waited on driver events, and how many of those
+    /// waits returned without sleeping (a runtime thread spinning on the driver shows as the second).
+    pub event_report: Option<std::path::PathBuf>,
 }
 
 /// Default KFD interface version: 1.14, the first with event ages.
@@ -169,12 +173,14 @@ impl Default for Config {
             log: false,
             sdma: false,
             kfd_version: DEFAULT_KFD_VERSION,
+            event_report: None,
         }
     }
 }
 
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 18] = [
     "SDMA",
+    "EVENT_REPORT",
     "DEADLINE_SPIN",
     "CP_NICE",
     "KFD_VERSION",
@@ -295,6 +301,12 @@ impl Config {
                 "DEEP_NAP_US" => c.deep_nap_us = parse_u64(k, v)?.max(1),
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
                 "LOG" => c.log = parse_bool(k, v)?,
+                "EVENT_REPORT" => {
+                    if v.trim().is_empty() {
+                        return Err("EVENT_REPORT: an empty path".to_string());
+                    }
+                    c.event_report = Some(std::path::PathBuf::from(v.trim()));
+                }
                 "SDMA" => c.sdma = parse_bool(k, v)?,
                 "DEADLINE_SPIN" => c.deadline_spin = parse_bool(k, v)?,
                 "CP_NICE" => {

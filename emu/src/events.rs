@@ -65,6 +65,10 @@ struct Table {
     next_signal_id: u32,
     next_other_id: u32,
     fired: u64,
+    /// Waits so far, and those that some listed event satisfied when they began (an event signaled before, or
+    /// an age that differs from the event's).
+    waits: u64,
+    waits_at_once: u64,
 }
 
 /// The event table plus its mailbox page.
@@ -351,6 +355,12 @@ impl EventTable {
     pub fn stats(&self) -> (usize, u64) {
         let t = self.lock();
         (t.slots.len(), t.fired)
+    }
+
+    /// Waits so far, and how many of them an event satisfied as they began (they return without sleeping).
+    pub fn wait_stats(&self) -> (u64, u64) {
+        let t = self.lock();
+        (t.waits, t.waits_at_once)
     }
 }
 

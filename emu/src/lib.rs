@@ -64,6 +64,25 @@ pub struct Emulator {
 
 static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
 
+/// At exit, with `EVENT_REPORT` set: writes the driver-event wait counts there (see
+/// [`config::Config::event_report`]); a failure is said on stderr.
+extern "C" fn write_event_report() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(Ok(e)) = EMULATOR.get() else { return };
+        let Some(path) = &e.config.event_report else {
+            return;
+        };
+        let (waits, at_once) = e.events.wait_stats();
+        let text = format!("event_waits={waits}\nevent_waits_at_once={at_once}\n");
+        if let Err(err) = std::fs::write(path, text) {
+            eprintln!(
+                "rprof-emu: cannot write EVENT_REPORT {}: {err}",
+                path.display()
+            );
+        }
+    });
+}
+
 /// The process-wide emulator, or the configuration error that prevents it.
 pub fn emulator() -> Result<&'static Emulator, &'static str> {
     let e = EMULATOR.get_or_init(|| {
@@ -71,6 +90,10 @@ pub fn emulator() -> Result<&'static Emulator, &'static str> {
             eprintln!("rprof-emu: bad configuration: {e}");
             e
         })?;
+        if config.event_report.is_some() {
+            // SAFETY: registering a plain extern "C" fn with atexit.
+            unsafe { libc::atexit(write_event_report) };
+        }
         Ok(Emulator {
             topology: topology::Topology::new(&config),
             config,

@@ -23,6 +23,7 @@ use rprof_core::config::TraceConfig;
 use rprof_core::engine::QueueContext;
 use rprof_core::wait::{poll_until, Pace};
 
+use super::doorbell_event::FreshEventHold;
 use super::interceptor::{interceptor, QueueState};
 use super::{guarded, kernel_symbols, lock, session, Session};
 use crate::runtime::edit_core_table;
@@ -187,9 +188,14 @@ fn create_traced_queue(s: &'static Session, args: QueueCreate) -> Option<hsa_sta
     }
     let agent_index = s.agent_index(args.agent)?;
     let create = s.rt.amd.hsa_amd_queue_intercept_create_fn?;
+    // ROCr >= 6: the queue's async doorbell gets a driver event that never
+    // fired (see doorbell_event); the hold ends with the creation.
+    let hold = s.markers.then(|| FreshEventHold::take(s.rt));
     // SAFETY: the app's own arguments, passed on unchanged to the runtime's
     // intercept-queue constructor (same contract as hsa_queue_create).
-    if unsafe { args.call(create) } != HSA_STATUS_SUCCESS {
+    let status = unsafe { args.call(create) };
+    drop(hold);
+    if status != HSA_STATUS_SUCCESS {
         return None;
     }
     // SAFETY: the runtime just stored a valid queue pointer.

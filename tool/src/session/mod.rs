@@ -30,6 +30,7 @@
 
 mod agents;
 mod copies;
+mod doorbell_event;
 mod flush;
 mod hooks;
 mod interceptor;
