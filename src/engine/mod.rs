@@ -263,6 +263,12 @@ pub struct Engine<S> {
 /// at all before it drops records (counted lost) instead of waiting.
 pub const WRITER_STALL: Duration = Duration::from_secs(2);
 
+/// How long the flush waits for the writer when it takes no record at all
+/// ([`Engine::join_writer`]).
+pub const WRITER_JOIN_STALL: Duration = Duration::from_secs(5);
+/// The longest the flush waits for a writer that keeps taking records.
+pub const WRITER_JOIN_MAX: Duration = Duration::from_secs(60);
+
 /// Joins `handle` if its thread ends within `timeout`; otherwise leaves it
 /// running (detached) and returns `None`. Teardown never blocks longer.
 pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
@@ -369,6 +375,36 @@ impl<S: DispatchSignal> Engine<S> {
     /// Records waiting in the record queue (not yet taken by the writer).
     pub fn records_queued(&self) -> usize {
         self.records.len()
+    }
+
+    /// Joins the writer thread `handle` after [`Engine::stop_writer`]: waits
+    /// while it keeps taking records, and gives up (leaving it detached,
+    /// `None`) once it has taken none for `stall`, or after `max` in all. A
+    /// writer slowed by a loaded machine or a disk that throttles its writes
+    /// finishes the files; one stuck for good (a hung file system) costs the
+    /// app's exit `stall` once it stops moving.
+    pub fn join_writer<T>(
+        &self,
+        handle: std::thread::JoinHandle<T>,
+        stall: Duration,
+        max: Duration,
+    ) -> Option<T> {
+        let start = Instant::now();
+        let mut seen = self.writer_progress.load(Ordering::Acquire);
+        let mut wait = Wait::until(start + stall.min(max), JOIN_PACE);
+        loop {
+            if handle.is_finished() {
+                return handle.join().ok();
+            }
+            let now_seen = self.writer_progress.load(Ordering::Acquire);
+            if now_seen != seen {
+                seen = now_seen;
+                wait.renew((Instant::now() + stall).min(start + max));
+            }
+            if !wait.pause() {
+                return handle.is_finished().then(|| handle.join().ok()).flatten();
+            }
+        }
     }
 
     /// Ends what [`Engine::keep_guard_after_stop`] started: the completion

@@ -1697,6 +1697,83 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     release.store(true, Ordering::SeqCst);
 }
 
+/// A sink on a slow disk: every interceptor record takes `.0` to write.
+struct SlowSink(Duration);
+
+impl RecordSink for SlowSink {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        std::thread::sleep(self.0);
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The flush's join of the writer waits as long as the writer keeps taking
+/// records (CI once saw a storm's files cut 442 dispatches short: the
+/// writer, slowed by a loaded disk, missed a fixed 5 s bound at exit), and
+/// gives up on one that stopped moving once it has not moved for the stall.
+#[test]
+fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
+    for (per_record, expect_joined) in [
+        (Duration::from_millis(20), true),
+        (Duration::from_secs(3), false),
+    ] {
+        let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+            pid: 1,
+            max_in_flight: 8,
+            handoff_queue: 8,
+            max_copies_in_flight: 8,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(1),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        }));
+        const N: u64 = 40;
+        for i in 0..N {
+            engine.push_record(Record::Intercept(InterceptRecord {
+                thread_id: 1,
+                queue_id: 1,
+                agent_index: 0,
+                begin_ns: i,
+                end_ns: i + 1,
+                first_correlation_id: 0,
+                dispatch_count: 0,
+                packet_count: 1,
+            }));
+        }
+        let e = engine.clone();
+        let writer = std::thread::spawn(move || {
+            let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(SlowSink(per_record))];
+            e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+        });
+        engine.begin_shutdown(Duration::from_millis(10));
+        engine.stop_writer();
+        let t0 = Instant::now();
+        // 40 records of 20 ms: 0.8 s, four times the stall.
+        let stall = Duration::from_millis(200);
+        let joined = engine.join_writer(writer, stall, Duration::from_secs(30));
+        let took = t0.elapsed();
+        if expect_joined {
+            let outcome = joined.expect("a writer that keeps taking records is waited for");
+            assert!(took >= stall * 3, "took {took:?}");
+            assert_eq!(outcome.intercept_calls, N);
+        } else {
+            assert!(joined.is_none(), "a writer stuck for 3 s on one record");
+            assert!(took >= stall && took < stall * 5, "gave up after {took:?}");
+        }
+    }
+}
+
 /// Counts `flush` calls and how many dispatches it had seen at each.
 struct FlushCounter(Arc<Mutex<(u64, Vec<u64>)>>);
 

@@ -156,6 +156,8 @@ impl<S: DispatchSignal> Engine<S> {
                     || self.state.load(Ordering::Acquire) >= STOP_WRITER
             });
         }
+        // Finishing the outputs counts as progress for the flush's join.
+        self.writer_progress.fetch_add(1, Ordering::Release);
         let mut metadata = self.metadata();
         metadata.dispatches = tally.dispatches;
         metadata.filtered_out = tally.filtered_out;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hsa_sys::hsa_queue_t;
-use rprof_core::engine::{join_within, WriterOutcome};
+use rprof_core::engine::{join_within, WriterOutcome, WRITER_JOIN_MAX, WRITER_JOIN_STALL};
 use rprof_core::wait::{poll_until, Pace};
 
 use super::{lock, Session};
@@ -25,8 +25,6 @@ const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(50));
 /// How long the flush waits for the completion thread to stop (or, at
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);
-/// How long the flush waits for the writer to finish the outputs.
-const WRITER_JOIN: Duration = Duration::from_secs(5);
 
 impl Session {
     /// Flushes the trace: waits (bounded) for dispatches on the device, lets
@@ -42,7 +40,8 @@ impl Session {
     /// Every wait is bounded: a device that never finishes, a completion
     /// thread or a writer that is stuck (a FIFO nobody reads, a hung file
     /// system) costs at most [`FLUSH_TIMEOUT`] + [`COMPLETION_JOIN`] +
-    /// [`WRITER_JOIN`]; what could not be finished is said on stderr and in
+    /// [`WRITER_JOIN_STALL`] after it stopped moving ([`WRITER_JOIN_MAX`] in
+    /// all for a writer that keeps moving); what could not be finished is said on stderr and in
     /// the report to the `rprof` command.
     pub(super) fn finish(&self, why: &str, at_exit: bool) {
         if self.finished.swap(true, Ordering::AcqRel) {
@@ -146,7 +145,10 @@ impl Session {
             eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
         }
         self.engine.stop_writer();
-        Some(join_within(writer, WRITER_JOIN))
+        Some(
+            self.engine
+                .join_writer(writer, WRITER_JOIN_STALL, WRITER_JOIN_MAX),
+        )
     }
 
     /// Says which outputs are finished (on stderr if the writer is stuck,
@@ -154,7 +156,7 @@ impl Session {
     /// not finish (`writer_stuck`) or never ran.
     fn report(&self, outcome: Option<&WriterOutcome>, writer_stuck: bool) {
         let stuck_reason = format!(
-            "the output writer did not finish within {WRITER_JOIN:?} (stuck writing: a FIFO nobody reads, a hung file system?); {} records were still queued",
+            "the output writer did not finish (it took no record for {WRITER_JOIN_STALL:?}, or ran past {WRITER_JOIN_MAX:?}: stuck writing to a FIFO nobody reads, a hung file system?); {} records were still queued",
             self.engine.records_queued()
         );
         if writer_stuck {
