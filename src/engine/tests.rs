@@ -1607,18 +1607,16 @@ fn the_ring_guard_holds_after_recording_stops_while_app_threads_keep_launching()
     }
 }
 
-/// A sink stuck in its first write (a FIFO nobody reads, a hung file
-/// system) until `release` is set.
-struct StuckSink(Arc<AtomicBool>);
+/// A sink that runs `.0` before writing each interceptor record: a slow
+/// disk, or a FIFO nobody reads.
+struct DelayingSink<F: FnMut() + Send>(F);
 
-impl RecordSink for StuckSink {
+impl<F: FnMut() + Send> RecordSink for DelayingSink<F> {
     fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
         Ok(())
     }
     fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
-        while !self.0.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        (self.0)();
         Ok(())
     }
     fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
@@ -1627,6 +1625,16 @@ impl RecordSink for StuckSink {
     fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A sink stuck in its first write (a FIFO nobody reads, a hung file
+/// system) until `release` is set.
+fn stuck_sink(release: Arc<AtomicBool>) -> DelayingSink<impl FnMut() + Send> {
+    DelayingSink(move || {
+        while !release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
 }
 
 #[test]
@@ -1655,7 +1663,7 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     let release = Arc::new(AtomicBool::new(false));
     let (e, r) = (engine.clone(), release.clone());
     let writer = std::thread::spawn(move || {
-        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(StuckSink(r))];
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(stuck_sink(r))];
         e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
     });
     let q = Arc::new(QueueContext::new(1, 0, 0));
@@ -1697,25 +1705,6 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     release.store(true, Ordering::SeqCst);
 }
 
-/// A sink on a slow disk: every interceptor record takes `.0` to write.
-struct SlowSink(Duration);
-
-impl RecordSink for SlowSink {
-    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
-        std::thread::sleep(self.0);
-        Ok(())
-    }
-    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The flush's join of the writer waits as long as the writer keeps taking
 /// records (CI once saw a storm's files cut 442 dispatches short: the
 /// writer, slowed by a loaded disk, missed a fixed 5 s bound at exit), and
@@ -1753,7 +1742,10 @@ fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
         }
         let e = engine.clone();
         let writer = std::thread::spawn(move || {
-            let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(SlowSink(per_record))];
+            let mut sinks: Vec<Box<dyn RecordSink + Send>> =
+                vec![Box::new(DelayingSink(move || {
+                    std::thread::sleep(per_record)
+                }))];
             e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
         });
         engine.begin_shutdown(Duration::from_millis(10));
