@@ -266,6 +266,10 @@ impl EventTable {
             slot.waiters += 1;
             mine.push((*id, slot.generation, activated));
         }
+        t.waits += 1;
+        if mine.iter().any(|&(_, _, activated)| activated) {
+            t.waits_at_once += 1;
+        }
         let result = loop {
             let mut any = false;
             let mut every = true;
@@ -507,6 +511,28 @@ mod tests {
         t.fire(id).unwrap();
         assert_eq!(t.wait_aged(&[id], &mut untracked, false, 0), Ok(()));
         assert_eq!(untracked, [0]);
+    }
+
+    #[test]
+    fn wait_stats_count_every_wait_and_those_that_return_at_once() {
+        let t = EventTable::new();
+        let id = t.create(true, false, false).unwrap().0;
+        assert_eq!(t.wait_stats(), (0, 0));
+        // Sleeps until its timeout: a wait, not at once.
+        assert_eq!(t.wait(&[id], false, 1), Err(EventError::Timeout));
+        assert_eq!(t.wait_stats(), (1, 0));
+        // A fire before the wait: at once.
+        t.fire(id).unwrap();
+        assert_eq!(t.wait(&[id], false, 0), Ok(()));
+        assert_eq!(t.wait_stats(), (2, 1));
+        // A stale age: at once; the current age: sleeps.
+        let mut ages = [1];
+        assert_eq!(t.wait_aged(&[id], &mut ages, false, 0), Ok(()));
+        assert_eq!(
+            t.wait_aged(&[id], &mut ages, false, 1),
+            Err(EventError::Timeout)
+        );
+        assert_eq!(t.wait_stats(), (4, 2));
     }
 
     #[test]
