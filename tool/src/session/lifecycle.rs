@@ -35,12 +35,6 @@ pub fn on_unload() {
     if let Some(s) = session() {
         s.finish("OnUnload", false);
         s.end_guard();
-        // After an at-exit flush the pool stayed open for the app's last
-        // launches; the runtime is going away now, so its signals go back
-        // before it counts them (ROCr >= 6 says "Resource leak detected by
-        // SharedSignalPool, N Signals leaked" for each one still alive).
-        // Signals of dispatches given up on stay out, and the pool open.
-        let _ = s.source.pool().shutdown();
     }
 }
 
