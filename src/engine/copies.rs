@@ -130,19 +130,28 @@ impl<S: DispatchSignal> Engine<S> {
         while let Some(c) = self.copies.pop() {
             copies.push(c);
         }
-        let mut observed = None;
-        let mut done = 0;
+        // The finished copies go to the back of the list first; the clock
+        // is read once all of them have been seen finished, so every one
+        // ended before `observed`. (Reading it at the first finished copy
+        // and using it for those found later in the same pass clamped the
+        // times of a copy that finished in between.)
+        let mut unfinished = copies.len();
         let mut i = 0;
-        while i < copies.len() {
+        while i < unfinished {
             if backend.signal_value(copies[i].signal.handle()) > 0 {
                 i += 1;
-                continue;
+            } else {
+                unfinished -= 1;
+                copies.swap(i, unfinished);
             }
-            // Read after the completion was seen: the copy ended before it.
-            let now = *observed.get_or_insert_with(boottime_ns);
-            let entry = copies.swap_remove(i);
-            self.complete_copy(backend, entry, now);
-            done += 1;
+        }
+        let done = copies.len() - unfinished;
+        if done == 0 {
+            return 0;
+        }
+        let observed = boottime_ns();
+        for entry in copies.drain(unfinished..) {
+            self.complete_copy(backend, entry, observed);
         }
         done
     }

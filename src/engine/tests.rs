@@ -2029,6 +2029,96 @@ fn copies_sharing_an_app_signal_decrement_it_once_each_and_are_recorded() {
     }
 }
 
+/// A backend whose copy engine finishes the copy of `finishes_when_read`
+/// at the moment the completion thread first reads its signal, stamping
+/// it with the clock of that moment.
+struct FinishingOnRead {
+    inner: FakeBackend,
+    finishes_when_read: u64,
+}
+
+impl CompletionBackend for FinishingOnRead {
+    fn signal_value(&self, signal: u64) -> i64 {
+        let i = Signals::idx(signal);
+        let s = &self.inner.signals;
+        if signal == self.finishes_when_read && s.value[i].load(Ordering::SeqCst) > 0 {
+            let start = boottime_ns();
+            s.start[i].store(start, Ordering::SeqCst);
+            s.end[i].store(start + 1, Ordering::SeqCst);
+            s.value[i].store(0, Ordering::SeqCst);
+        }
+        self.inner.signal_value(signal)
+    }
+    fn forward(&self, app_signal: u64) {
+        self.inner.forward(app_signal)
+    }
+    fn open_gate(&self, signal: u64) {
+        self.inner.open_gate(signal)
+    }
+    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
+        self.inner.copy_time(signal)
+    }
+    fn dispatch_time(&self, agent: u64, signal: u64) -> Option<(u64, u64)> {
+        self.inner.dispatch_time(agent, signal)
+    }
+}
+
+/// Bug: the copy pass read the clock at the first finished copy and bounded
+/// every copy found finished later in the same pass by it, so a copy that
+/// finished in between had its times clamped (seen at exit on ROCr 5.2.3:
+/// `copies_in_flight_at_exit_are_waited_for`, end_clamped = 2, 1 run in 16).
+#[test]
+fn a_copy_finishing_during_the_copy_pass_keeps_its_times() {
+    let signals = Signals::new();
+    let pool = FakePool::new(signals.clone(), 4);
+    let engine = Engine::<FakeSignal>::new(EngineOptions {
+        max_copies_in_flight: 4,
+        ..EngineOptions::default()
+    });
+    let app = 2500u64;
+    signals.value[Signals::idx(app)].store(2, Ordering::SeqCst);
+    let mut ours = Vec::new();
+    for bytes in [1000, 2000] {
+        let status = engine.trace_copy(
+            &pool,
+            app,
+            h2d(bytes),
+            |signal| {
+                signals.value[Signals::idx(signal)].store(1, Ordering::SeqCst);
+                ours.push(signal);
+                0u32
+            },
+            |st| *st == 0,
+        );
+        assert_eq!(status, 0);
+    }
+    // The first copy is done before the pass; the second finishes while
+    // the pass reads its signal, after the first was seen done.
+    let first = Signals::idx(ours[0]);
+    let t = boottime_ns();
+    signals.start[first].store(t, Ordering::SeqCst);
+    signals.end[first].store(t + 1, Ordering::SeqCst);
+    signals.value[first].store(0, Ordering::SeqCst);
+    let backend = FinishingOnRead {
+        inner: FakeBackend {
+            signals: signals.clone(),
+        },
+        finishes_when_read: ours[1],
+    };
+    let mut copies = Vec::new();
+    assert_eq!(engine.poll_copies(&backend, &mut copies), 2);
+    assert!(copies.is_empty());
+    let meta = engine.metadata();
+    assert_eq!((meta.start_clamped, meta.end_clamped), (0, 0));
+    let mut recorded = Vec::new();
+    while let Some(Record::MemoryCopy(c)) = engine.records.pop() {
+        recorded.push((c.bytes, c.end_ns - c.start_ns));
+    }
+    recorded.sort();
+    assert_eq!(recorded, [(1000, 1), (2000, 1)]);
+    assert_eq!(signals.value[Signals::idx(app)].load(Ordering::SeqCst), 0);
+}
+
 #[test]
 fn a_refused_copy_gives_its_signal_back_and_records_nothing() {
     let h = Harness::new(4, Names::default());
@@ -2527,3 +2617,4 @@ fn load_8_threads_4_queues_exact_counts_no_deadlock_flat_memory() {
 fn load_8_threads_4_queues_1m() {
     load_8_threads_4_queues(1_000_000);
 }
+
