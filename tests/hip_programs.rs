@@ -16,11 +16,35 @@ use harness::hip::run_traced;
 use harness::outputs::{check_outputs, output_files, single_report, summary, TraceFacts};
 use harness::Runtime;
 
-/// Traces `program args` as `-o NAME` and runs every output check.
+/// Traces `program args` as `-o NAME` and runs every output check; the
+/// program ends with its work done, so the runtime must find no signal
+/// still alive when it unloads (ROCr >= 6 names every one: rprof gives its
+/// timestamp signals back first).
 fn trace_and_check(label: &str, program: &str, args: &[&str]) -> TraceFacts {
+    trace_and_check_with(label, program, args, true)
+}
+
+/// [`trace_and_check`] for a program that exits with its work still on
+/// the device: HIP's own signals are then alive at unload, untraced too
+/// (ROCr 6.4.3 reports 77 for `exit_nosync`), so the unload is not checked.
+fn trace_and_check_leaving_work(label: &str, program: &str, args: &[&str]) -> TraceFacts {
+    trace_and_check_with(label, program, args, false)
+}
+
+fn trace_and_check_with(
+    label: &str,
+    program: &str,
+    args: &[&str],
+    quiet_unload: bool,
+) -> TraceFacts {
     let prog = hip_program(program);
     let run = run_traced(label, &["-o", label], &prog, args, &[]);
     run.assert_success();
+    assert!(
+        !quiet_unload || !run.stderr.contains("Resource leak detected"),
+        "{label}: the runtime found signals still alive at unload:\n{}",
+        run.stderr
+    );
     let report = single_report(&run);
     let facts = check_outputs(&run.dir, label, &report);
     assert_eq!(
@@ -312,14 +336,14 @@ fn threads_own_queues() {
 /// exit(0) right after enqueuing 2000 kernels: every one is in the trace.
 #[test]
 fn exit_without_sync_exit() {
-    let f = trace_and_check("exit_nosync_exit", "exit_nosync", &["2000", "exit"]);
+    let f = trace_and_check_leaving_work("exit_nosync_exit", "exit_nosync", &["2000", "exit"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
 }
 
 /// Returning from main without synchronising.
 #[test]
 fn exit_without_sync_return() {
-    let f = trace_and_check("exit_nosync_return", "exit_nosync", &["500", "return"]);
+    let f = trace_and_check_leaving_work("exit_nosync_return", "exit_nosync", &["500", "return"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
 }
 
@@ -328,7 +352,7 @@ fn exit_without_sync_return() {
 /// be recorded: the tool flushes from an at_quick_exit handler.
 #[test]
 fn exit_without_sync_quick_exit() {
-    let f = trace_and_check("exit_nosync_quick", "exit_nosync", &["2000", "quick"]);
+    let f = trace_and_check_leaving_work("exit_nosync_quick", "exit_nosync", &["2000", "quick"]);
     assert_eq!(f.per_name["last_kernel(int*)"], 1);
     assert_eq!(f.per_name["nosync_work(int*, int)"], 2000);
 }

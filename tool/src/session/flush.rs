@@ -22,6 +22,9 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How teardown polls what it waits for: 50 µs naps (the app's exit waits
 /// for it; a few naps are nothing to the CPU).
 const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(50));
+/// How long the runtime's unload waits, after an at-exit flush, for the
+/// dispatches the app left running to give their signals back.
+const GUARD_DRAIN: Duration = Duration::from_secs(1);
 /// How long the flush waits for the completion thread to stop (or, at
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);
@@ -216,6 +219,14 @@ impl Session {
     /// thread stops recycling, since the runtime's signals go away.
     pub(super) fn end_guard(&self) {
         if let Some(t) = lock(&self.guard_thread).take() {
+            // Dispatches the app left on the device at exit finish within
+            // moments; let the completion thread take their signals back
+            // first (bounded), so that the pool can close before the runtime
+            // counts its signals.
+            let pool = self.source.pool();
+            poll_until(Instant::now() + GUARD_DRAIN, TEARDOWN_PACE, || {
+                pool.stats().in_use == 0
+            });
             self.engine.stop_guard();
             let _ = join_within(t, COMPLETION_JOIN);
         }

@@ -35,6 +35,22 @@ pub fn on_unload() {
     if let Some(s) = session() {
         s.finish("OnUnload", false);
         s.end_guard();
+        // After an at-exit flush the pool stayed open for the app's last
+        // launches; the runtime is going away now, so its signals go back
+        // before it counts them (ROCr >= 6 says "Resource leak detected by
+        // SharedSignalPool, N Signals leaked" for each one still alive).
+        // Signals of dispatches given up on stay out, and the pool open.
+        let t0 = std::time::Instant::now();
+        let closed = s.source.pool().shutdown();
+        if s.verbose {
+            match closed {
+                Ok(n) => eprintln!(
+                    "rprof: unload: {n} timestamp signals destroyed in {:?}",
+                    t0.elapsed()
+                ),
+                Err(e) => eprintln!("rprof: unload: the signal pool stays open ({e})"),
+            }
+        }
     }
 }
 
