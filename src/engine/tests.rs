@@ -2618,3 +2618,109 @@ fn load_8_threads_4_queues_1m() {
     load_8_threads_4_queues(1_000_000);
 }
 
+/// Benchmark (prints figures; `cargo test -p rprof-core --release --lib
+/// bench_writer -- --ignored --nocapture`, or under callgrind with
+/// `scripts/callgrind.sh`): the writer thread's cost per dispatch with the
+/// default outputs (CSV and Perfetto) on the graph storm's record stream as
+/// ROCr 6.4.3 produces it for a plain HIP app: one interceptor call per
+/// dispatch, 256 kernels in turn, irregular GPU timestamps.
+#[test]
+#[ignore]
+fn bench_writer_cost_per_dispatch() {
+    use crate::output::csv::CsvSink;
+    use crate::output::perfetto::PerfettoSink;
+    const DISPATCHES: u64 = 200_000;
+    let dir = std::env::temp_dir().join(format!("rprof-bench-writer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Every record is queued before the writer starts, and the writer is
+    // told to stop at once: it drains them in one go, alone, as a writer
+    // that keeps up does in a live run (no hand-over between threads in
+    // the figure).
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        record_queue: 2 * DISPATCHES as usize,
+        ..EngineOptions::default()
+    }));
+    let (e, d) = (engine.clone(), dir.clone());
+    let writer = move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![
+            Box::new(CsvSink::create(&d.join("run_kernel_trace.csv")).unwrap()),
+            Box::new(PerfettoSink::create(&d.join("run.pftrace")).unwrap()),
+        ];
+        let table = KernelTable::new(NamePolicy::default());
+        let run = RunInfo {
+            pid: 42,
+            process_name: "graph_storm".into(),
+            ..Default::default()
+        };
+        let agents = [AgentInfo {
+            index: 0,
+            name: "gfx90a".into(),
+            product_name: "emulated".into(),
+            handle: 0x1000,
+            compute_units: 104,
+            cpu: false,
+        }];
+        let cpu0 = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
+        let outcome = e.run_writer(&mut sinks, &mut &table, &run, &agents);
+        let cpu = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu) - cpu0;
+        (outcome, cpu)
+    };
+    // A small generator of irregular gaps (xorshift), so that the deltas
+    // and the deflated bytes look like a real run's.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut jitter = move |max: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % max
+    };
+    let push = |rec: Record| {
+        assert!(engine.records.push(rec).is_ok(), "the queue holds them all");
+    };
+    let base = 1_700_000_000_000_000_000u64;
+    let (mut host, mut gpu) = (base, base + 50_000);
+    for n in 1..=DISPATCHES {
+        let correlation_id = (42u64 << 32) | n;
+        host += 1_500 + jitter(3_000);
+        push(Record::Intercept(InterceptRecord {
+            thread_id: 42,
+            queue_id: 1,
+            agent_index: 0,
+            begin_ns: host,
+            end_ns: host + 300 + jitter(200),
+            first_correlation_id: correlation_id,
+            dispatch_count: 1,
+            packet_count: 1,
+        }));
+        gpu = gpu.max(host + 2_000) + 200 + jitter(400);
+        let end = gpu + 1_000 + jitter(2_000);
+        let k = n % 256;
+        push(Record::Dispatch(DispatchRecord {
+            correlation_id,
+            dispatch_id: n,
+            agent_index: 0,
+            queue_id: 1,
+            thread_id: 42,
+            kernel_object: 0x7f00_0000_0000 + k * 0x40,
+            grid: [256 << (k % 4), 1, 1],
+            workgroup: [256, 1, 1],
+            private_segment_size: 0,
+            group_segment_size: 0,
+            enqueue_ns: host + 100,
+            start_ns: gpu,
+            end_ns: end,
+        }));
+        gpu = end;
+    }
+    engine.stop_writer();
+    let (outcome, cpu) = std::thread::spawn(writer).join().unwrap();
+    assert_eq!(outcome.metadata.dispatches, DISPATCHES);
+    assert!(outcome.sink_failures.iter().all(Option::is_none));
+    let bytes = std::fs::metadata(dir.join("run.pftrace")).unwrap().len();
+    std::fs::remove_dir_all(&dir).unwrap();
+    println!(
+        "writer: {:.0} ns CPU per dispatch (CSV + Perfetto, {DISPATCHES} dispatches, one interceptor call each, queued before the writer starts), trace {:.1} bytes per dispatch",
+        cpu as f64 / DISPATCHES as f64,
+        bytes as f64 / DISPATCHES as f64
+    );
+}

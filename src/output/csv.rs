@@ -387,13 +387,13 @@ struct RowWriter<'a> {
 
 impl RowWriter<'_> {
     /// `v` in decimal, then a comma.
-    fn num(&mut self, mut v: u64) {
-        let digits = v.checked_ilog10().unwrap_or(0) as usize + 1;
-        let end = self.at + digits;
-        for d in self.buf[self.at..end].iter_mut().rev() {
-            *d = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
+    fn num(&mut self, v: u64) {
+        // itoa writes two digits per step from a table: half the work of a
+        // digit-at-a-time loop on the 19-digit timestamps.
+        let mut digits = itoa::Buffer::new();
+        let d = digits.format(v).as_bytes();
+        let end = self.at + d.len();
+        self.buf[self.at..end].copy_from_slice(d);
         self.buf[end] = b',';
         self.at = end + 1;
     }
