@@ -96,18 +96,18 @@ pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
 ///
 /// The kernel trace is the hot file (one row per dispatch): its rows are
 /// assembled in `row` with `RowWriter` for the numbers (which never need
-/// quoting) and the kernel name as the `csv` crate quotes it, cached per
-/// kernel id, then written in one piece. The other files are rare and go
-/// through `csv::Writer` field by field.
+/// quoting), the kernel name as the `csv` crate quotes it and the row's
+/// last 13 fields (launch and register counts, fixed for a kernel's
+/// dispatches of one shape), both cached per kernel id, then written in one
+/// piece. The other files are rare and go through `csv::Writer` field by
+/// field.
 #[derive(Debug)]
 pub struct CsvSink {
     out: BufWriter<File>,
     /// The row being assembled (reused).
     row: Vec<u8>,
-    /// Per kernel id: the display name and its CSV field as `csv` writes
-    /// it (quoted where needed). Checked against the name on each use
-    /// (`--kernel-rename` gives one kernel several names).
-    names: Vec<(String, Vec<u8>)>,
+    /// Per kernel id: its name field and the end of its last row.
+    kernels: Vec<KernelFields>,
     rpc_path: std::path::PathBuf,
     rpc: Option<csv::Writer<BufWriter<File>>>,
     marker_path: std::path::PathBuf,
@@ -158,7 +158,7 @@ impl CsvSink {
         Ok(CsvSink {
             out: file,
             row: Vec::with_capacity(512),
-            names: Vec::new(),
+            kernels: Vec::new(),
             rpc_path: rpc_trace_path(path),
             rpc: None,
             marker_path: marker_trace_path(path),
@@ -170,20 +170,56 @@ impl CsvSink {
     }
 }
 
+/// What rows of one kernel id repeat, cached.
+#[derive(Debug, Default)]
+struct KernelFields {
+    /// The display name, checked on each use (`--kernel-rename` gives one
+    /// kernel several names).
+    name: String,
+    /// The name as a CSV field (quoted by the `csv` crate where needed).
+    field: Vec<u8>,
+    /// The values the row ends with, and those fields as written (from
+    /// `LDS_Block_Size` to `Group_Segment_Size`, with the line end); empty
+    /// before the first row.
+    tail_key: TailKey,
+    tail: Vec<u8>,
+}
+
+/// The 13 fields after `End_Timestamp`, as numbers.
+type TailKey = [u64; 13];
+
+fn tail_key(r: &DispatchRecord, k: &KernelInfo<'_>) -> TailKey {
+    let res = k.resources.unwrap_or_default();
+    [
+        lds_block_size(r.group_segment_size),
+        u64::from(r.private_segment_size),
+        u64::from(res.arch_vgpr_count),
+        u64::from(res.accum_vgpr_count),
+        u64::from(res.sgpr_count),
+        u64::from(r.workgroup[0]),
+        u64::from(r.workgroup[1]),
+        u64::from(r.workgroup[2]),
+        u64::from(r.grid[0]),
+        u64::from(r.grid[1]),
+        u64::from(r.grid[2]),
+        u64::from(r.private_segment_size),
+        u64::from(r.group_segment_size),
+    ]
+}
+
 impl CsvSink {
-    /// The cache entry holding the kernel-name field of kernel `id` named
-    /// `name`: quoted by the `csv` crate the first time (and when the name
-    /// changes), then reused.
-    fn name_field(&mut self, id: u64, name: &str) -> io::Result<usize> {
+    /// The cache entry of kernel `id` named `name`, its name field quoted
+    /// by the `csv` crate the first time (and when the name changes).
+    fn kernel_fields(&mut self, id: u64, name: &str) -> io::Result<usize> {
         let i = usize::try_from(id).unwrap_or(usize::MAX);
-        if i >= self.names.len() {
+        if i >= self.kernels.len() {
             if i > MAX_CACHED_KERNEL_ID {
-                self.names.resize_with(1, Default::default);
+                self.kernels.resize_with(1, Default::default);
                 return self.quote_into(0, name);
             }
-            self.names.resize_with(i + 1, Default::default);
+            self.kernels.resize_with(i + 1, Default::default);
         }
-        if self.names[i].0 != name {
+        if self.kernels[i].name != name {
             return self.quote_into(i, name);
         }
         Ok(i)
@@ -200,10 +236,10 @@ impl CsvSink {
         w.write_record([name, ""]).map_err(to_io)?;
         let mut field = w.into_inner().map_err(|e| e.into_error())?;
         field.truncate(field.len().saturating_sub(2));
-        let entry = &mut self.names[i];
-        entry.0.clear();
-        entry.0.push_str(name);
-        entry.1 = field;
+        let entry = &mut self.kernels[i];
+        entry.name.clear();
+        entry.name.push_str(name);
+        entry.field = field;
         Ok(i)
     }
 }
@@ -248,12 +284,30 @@ impl RecordSink for CsvSink {
     }
 
     fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {
-        let name = self.name_field(k.kernel_id, k.display_name)?;
-        let name = &self.names[name].1;
+        let i = self.kernel_fields(k.kernel_id, k.display_name)?;
+        let entry = &mut self.kernels[i];
+        // The row's end, rewritten only when this kernel's launch shape or
+        // register counts change (13 numbers, most of a row's work).
+        let key = tail_key(r, k);
+        if entry.tail.is_empty() || entry.tail_key != key {
+            entry.tail.clear();
+            entry.tail.resize(key.len() * NUMBER_MAX, 0);
+            let mut tail = RowWriter {
+                buf: &mut entry.tail,
+                at: 0,
+            };
+            for v in key {
+                tail.num(v);
+            }
+            // The last comma becomes the record terminator.
+            let len = tail.at;
+            entry.tail.truncate(len);
+            entry.tail[len - 1] = b'\n';
+            entry.tail_key = key;
+        }
         // Written by index into a buffer long enough for any row of this
-        // name (25 numbers of at most 20 digits and their commas): no
-        // per-field capacity checks or copies.
-        let need = ROW_NUMBERS_MAX + name.len();
+        // kernel: no per-field capacity checks or copies.
+        let need = ROW_NUMBERS_MAX + entry.field.len() + entry.tail.len();
         if self.row.len() < need {
             self.row.resize(need, 0);
         }
@@ -264,32 +318,17 @@ impl RecordSink for CsvSink {
         row.bytes(b"KERNEL_DISPATCH,");
         row.num(u64::from(r.agent_index));
         row.num(r.queue_id);
-        row.num(0); // Stream_Id
+        row.bytes(b"0,"); // Stream_Id
         row.num(u64::from(r.thread_id));
         row.num(r.dispatch_id);
         row.num(k.kernel_id);
-        row.bytes(name);
+        row.bytes(&entry.field);
         row.bytes(b",");
         row.num(r.correlation_id);
         row.num(r.start_ns);
         row.num(r.end_ns);
-        row.num(lds_block_size(r.group_segment_size));
-        row.num(u64::from(r.private_segment_size));
-        let res = k.resources.unwrap_or_default();
-        row.num(u64::from(res.arch_vgpr_count));
-        row.num(u64::from(res.accum_vgpr_count));
-        row.num(u64::from(res.sgpr_count));
-        for v in r.workgroup {
-            row.num(u64::from(v));
-        }
-        for v in r.grid {
-            row.num(u64::from(v));
-        }
-        row.num(u64::from(r.private_segment_size));
-        row.num(u64::from(r.group_segment_size));
-        // The last comma becomes the record terminator.
+        row.bytes(&entry.tail);
         let len = row.at;
-        self.row[len - 1] = b'\n';
         io::Write::write_all(&mut self.out, &self.row[..len])
     }
 
@@ -372,9 +411,12 @@ impl RecordSink for CsvSink {
     }
 }
 
-/// Room for the numbers of a kernel row: the 16-byte kind, 25 numbers of
-/// at most 20 digits, their commas, and the comma after the name.
-const ROW_NUMBERS_MAX: usize = 16 + 25 * 21 + 1;
+/// Room for a number of at most 20 digits and its comma.
+const NUMBER_MAX: usize = 21;
+
+/// Room for a kernel row's fields before its cached end: the 16-byte kind,
+/// the 2-byte stream id, 8 numbers and the comma after the name.
+const ROW_NUMBERS_MAX: usize = 16 + 2 + 8 * NUMBER_MAX + 1;
 
 /// Appends a row's fields by index into a buffer sized for the row. A kernel
 /// row is ~25 short numbers, and copying each from a formatting buffer (or
@@ -488,6 +530,85 @@ mod tests {
             let len = row.at;
             assert_eq!(&buf[..len], format!("{v},").as_bytes());
         }
+    }
+
+    /// The cached end of a kernel's rows follows every field it holds: a
+    /// repeat reuses it, a change in any one of them rewrites it.
+    #[test]
+    fn a_kernels_cached_row_end_follows_its_launch_shape_and_registers() {
+        let dir = std::env::temp_dir().join(format!("rprof-csv-tail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("x_kernel_trace.csv");
+        let mut sink = CsvSink::create(&path).unwrap();
+        sink.start(&RunInfo::default(), &[]).unwrap();
+        let mut expected = {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record(KERNEL_TRACE_COLUMNS).unwrap();
+            w.into_inner().unwrap()
+        };
+        let base = DispatchRecord {
+            agent_index: 0,
+            queue_id: 1,
+            thread_id: 7,
+            grid: [1024, 4, 2],
+            workgroup: [256, 2, 1],
+            private_segment_size: 32,
+            group_segment_size: 1000,
+            start_ns: 5_000,
+            end_ns: 6_000,
+            ..Default::default()
+        };
+        let regs = KernelResourceCounts {
+            sgpr_count: 20,
+            arch_vgpr_count: 12,
+            accum_vgpr_count: 0,
+            group_segment_fixed_size: 0,
+            private_segment_fixed_size: 0,
+            code_object_id: 1,
+        };
+        // Each step changes one field of the row's end (or none), then the
+        // original comes back.
+        type Step = fn(&mut DispatchRecord, &mut KernelResourceCounts);
+        let steps: [Step; 12] = [
+            |_, _| {},
+            |_, _| {},
+            |r, _| r.grid[2] = 3,
+            |r, _| r.grid[0] = 512,
+            |r, _| r.workgroup[1] = 4,
+            |r, _| r.private_segment_size = 0,
+            |r, _| r.group_segment_size = 1024,
+            |_, k| k.sgpr_count = 96,
+            |_, k| k.arch_vgpr_count = 128,
+            |_, k| k.accum_vgpr_count = 64,
+            |r, _| r.grid[1] = 1,
+            |_, _| {},
+        ];
+        for (i, step) in steps.iter().enumerate() {
+            let (mut r, mut k_regs) = (base, regs);
+            step(&mut r, &mut k_regs);
+            r.dispatch_id = i as u64 + 1;
+            r.correlation_id = i as u64 + 1;
+            for res in [Some(k_regs), None] {
+                let k = KernelInfo {
+                    kernel_id: 1,
+                    display_name: "k",
+                    symbol_name: "k",
+                    resources: res,
+                };
+                sink.dispatch(&r, &k).unwrap();
+                expected.extend(oracle_row(&r, &k));
+                sink.dispatch(&base, &k).unwrap();
+                expected.extend(oracle_row(&base, &k));
+            }
+        }
+        sink.finish(&RunMetadata::default()).unwrap();
+        drop(sink);
+        let got = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&expected)
+        );
     }
 
     #[test]
