@@ -138,6 +138,10 @@ pub struct KernelTable {
     /// kernel objects) shares one id.
     ids_by_symbol: DashMap<String, u64, foldhash::fast::RandomState>,
     next_id: AtomicU64,
+    /// Bumped after every entry filed (new or replacing one): a reader that
+    /// keeps entries of its own ([`crate::engine::CachedKernelNames`]) drops
+    /// them when it moves.
+    generation: AtomicU64,
     /// An unreadable code object has been reported (once per run).
     said_unreadable: AtomicBool,
 }
@@ -191,7 +195,13 @@ impl KernelTable {
             named: OnceLock::new(),
         });
         self.by_object.insert(kernel_object, Arc::clone(&entry));
+        self.generation.fetch_add(1, Ordering::Release);
         entry
+    }
+
+    /// How many entries have been filed so far (see `generation`).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// `entry`, named (on its first use).

@@ -86,7 +86,7 @@ pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
 pub use inflight::{GateState, InFlight, QueueContext, SerialGate};
 pub use ring::{hardware_ring_takes, hardware_slots};
 pub use rprof_abi::packet::RawPacket;
-pub use writer::{KernelNames, WriterOutcome};
+pub use writer::{CachedKernelNames, KernelNames, WriterOutcome};
 
 use crate::kernels::LoadedKernels;
 use crate::record::{Record, RunMetadata};
@@ -242,6 +242,7 @@ pub struct Engine<S> {
     /// or counted lost) after shutdown: the writer may finish.
     records_closed: AtomicBool,
     /// Records the writer has taken off the record queue (its progress).
+    /// Moved by the writer thread alone.
     writer_progress: AtomicU64,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):

@@ -2661,7 +2661,12 @@ fn bench_writer_cost_per_dispatch() {
             cpu: false,
         }];
         let cpu0 = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
-        let outcome = e.run_writer(&mut sinks, &mut &table, &run, &agents);
+        let outcome = e.run_writer(
+            &mut sinks,
+            &mut CachedKernelNames::new(&table),
+            &run,
+            &agents,
+        );
         let cpu = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu) - cpu0;
         (outcome, cpu)
     };
@@ -2723,4 +2728,28 @@ fn bench_writer_cost_per_dispatch() {
         cpu as f64 / DISPATCHES as f64,
         bytes as f64 / DISPATCHES as f64
     );
+}
+
+/// The writer's kernel cache finds a replaced entry (a code object unloaded
+/// and its memory reused by another kernel) and a new object at once.
+#[test]
+fn the_writers_kernel_cache_follows_the_table() {
+    let table = KernelTable::new(NamePolicy::default());
+    table.insert(0x100, "first.kd");
+    let mut names = CachedKernelNames::new(&table);
+    let mut name_of = |object: u64| {
+        let mut got = (String::new(), 0);
+        names.with_kernel(object, &mut |k, _| {
+            got = (k.display_name.to_string(), k.kernel_id)
+        });
+        got
+    };
+    assert_eq!(name_of(0x100), ("first".to_string(), 1));
+    assert_eq!(name_of(0x100), ("first".to_string(), 1));
+    table.insert(0x100, "second.kd");
+    assert_eq!(name_of(0x100), ("second".to_string(), 2));
+    assert_eq!(name_of(0x200), ("unknown_kernel_0x200".to_string(), 3));
+    table.insert(0x200, "third.kd");
+    assert_eq!(name_of(0x200), ("third".to_string(), 4));
+    assert_eq!(name_of(0x100), ("second".to_string(), 2));
 }

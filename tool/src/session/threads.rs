@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rprof_core::engine::{Engine, WriterOutcome};
+use rprof_core::engine::{CachedKernelNames, Engine, WriterOutcome};
 use rprof_core::kernels::KernelTable;
 use rprof_core::record::{AgentInfo, RunInfo};
 use rprof_core::sink::RecordSink;
@@ -122,7 +122,10 @@ pub(super) fn start(
                     e.writer_failed();
                     WriterOutcome::default()
                 },
-                || engine.run_writer(&mut sinks, &mut &*kernels, &run, &agents),
+                || {
+                    let mut names = CachedKernelNames::new(&kernels);
+                    engine.run_writer(&mut sinks, &mut names, &run, &agents)
+                },
             );
             WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
             outcome
