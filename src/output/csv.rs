@@ -532,20 +532,35 @@ mod tests {
         }
     }
 
+    /// A kernel-trace sink writing into a fresh directory named after
+    /// `tag`, started, and the header the file must begin with.
+    fn started_sink(tag: &str) -> (CsvSink, std::path::PathBuf, Vec<u8>) {
+        let dir = std::env::temp_dir().join(format!("rprof-csv-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut sink = CsvSink::create(&dir.join("x_kernel_trace.csv")).unwrap();
+        sink.start(&RunInfo::default(), &[]).unwrap();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(KERNEL_TRACE_COLUMNS).unwrap();
+        (sink, dir, w.into_inner().unwrap())
+    }
+
+    /// Finishes `sink` and checks that its file holds exactly `expected`.
+    fn assert_written(mut sink: CsvSink, dir: std::path::PathBuf, expected: &[u8]) {
+        sink.finish(&RunMetadata::default()).unwrap();
+        drop(sink);
+        let got = std::fs::read(dir.join("x_kernel_trace.csv")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(expected)
+        );
+    }
+
     /// The cached end of a kernel's rows follows every field it holds: a
     /// repeat reuses it, a change in any one of them rewrites it.
     #[test]
     fn a_kernels_cached_row_end_follows_its_launch_shape_and_registers() {
-        let dir = std::env::temp_dir().join(format!("rprof-csv-tail-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("x_kernel_trace.csv");
-        let mut sink = CsvSink::create(&path).unwrap();
-        sink.start(&RunInfo::default(), &[]).unwrap();
-        let mut expected = {
-            let mut w = csv::Writer::from_writer(Vec::new());
-            w.write_record(KERNEL_TRACE_COLUMNS).unwrap();
-            w.into_inner().unwrap()
-        };
+        let (mut sink, dir, mut expected) = started_sink("tail");
         let base = DispatchRecord {
             agent_index: 0,
             queue_id: 1,
@@ -601,24 +616,12 @@ mod tests {
                 expected.extend(oracle_row(&base, &k));
             }
         }
-        sink.finish(&RunMetadata::default()).unwrap();
-        drop(sink);
-        let got = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&expected)
-        );
+        assert_written(sink, dir, &expected);
     }
 
     #[test]
     fn kernel_rows_match_the_csv_crate_field_by_field() {
-        let dir = std::env::temp_dir().join(format!("rprof-csv-rows-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("x_kernel_trace.csv");
-        let mut sink = CsvSink::create(&path).unwrap();
-        let run = RunInfo::default();
-        sink.start(&run, &[]).unwrap();
+        let (mut sink, dir, mut expected) = started_sink("rows");
         let names = [
             "void graph_node<78>(int*, int)",
             "plain",
@@ -630,11 +633,6 @@ mod tests {
             "region A",
         ];
         let ids = [3u64, 1, 2, 4, 5, 1, 3];
-        let mut expected = {
-            let mut w = csv::Writer::from_writer(Vec::new());
-            w.write_record(KERNEL_TRACE_COLUMNS).unwrap();
-            w.into_inner().unwrap()
-        };
         for (i, (name, id)) in names.iter().zip(ids).enumerate() {
             let i = i as u64;
             let r = DispatchRecord {
@@ -668,13 +666,6 @@ mod tests {
             sink.dispatch(&r, &k).unwrap();
             expected.extend(oracle_row(&r, &k));
         }
-        sink.finish(&RunMetadata::default()).unwrap();
-        drop(sink);
-        let got = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&expected)
-        );
+        assert_written(sink, dir, &expected);
     }
 }
