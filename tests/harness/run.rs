@@ -4,6 +4,7 @@
 //! must not inherit from the test's environment.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -128,9 +129,28 @@ pub fn run_with_timeout(cmd: Command, dir: PathBuf) -> Run {
 }
 
 /// [`run_with_timeout`] with a given timeout.
+///
+/// The command runs in a process group of its own, and a hang kills the
+/// whole group: killing `rprof` alone left the app it started holding the
+/// output pipes, and the test then waited on them for ever. It starts with
+/// SIGINT and SIGTERM at their default action, as from a terminal: a shell
+/// without job control starts its background jobs with SIGINT ignored, the
+/// ignored disposition is inherited, and rprof rightly leaves an ignored
+/// signal ignored (a test of the signal flush then waited for ever in a
+/// `... &` run of `.ci/run`).
 pub fn run_with(mut cmd: Command, dir: PathBuf, timeout: Duration) -> Run {
     let shown = format!("{cmd:?}");
     let start = Instant::now();
+    cmd.process_group(0);
+    // SAFETY: between fork and exec the closure only calls signal(2), which
+    // is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -154,6 +174,9 @@ pub fn run_with(mut cmd: Command, dir: PathBuf, timeout: Duration) -> Run {
             break s;
         }
         if start.elapsed() > timeout {
+            // The group's id is the child's pid (process_group(0)).
+            // SAFETY: kill(2) on the process group this function created.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
             let _ = child.kill();
             let _ = child.wait();
             let stdout = out_reader.join().unwrap_or_default();
