@@ -51,6 +51,37 @@ impl QueueState {
 }
 
 impl Session {
+    /// Whether the device has taken every packet out of every traced
+    /// queue's hardware ring (read index at the write index). Known only on
+    /// ROCr >= 6, where the hardware queue under each intercept queue is
+    /// learnt; `false` elsewhere, and when a queue's is not known.
+    ///
+    /// Once the ring guard has stopped, new packets reference none of the
+    /// pool's signals; drained rings then mean that no packet the device
+    /// has yet to process does (a forwarding barrier can linger in a ring
+    /// after its kernel's signal came back), so the pool's signals may be
+    /// destroyed.
+    pub(super) fn hardware_rings_drained(&self) -> bool {
+        let (Some(read), Some(write)) = (
+            self.rt.core.hsa_queue_load_read_index_relaxed_fn,
+            self.rt.core.hsa_queue_load_write_index_relaxed_fn,
+        ) else {
+            return false;
+        };
+        if !self.markers {
+            return false;
+        }
+        let queues = super::lock(&self.queues);
+        queues.values().all(|&state| {
+            // SAFETY: states in the map are alive: the destroy hook removes
+            // them (under this lock) before the runtime destroys the queue.
+            let hardware = unsafe { (*state).hardware.load(Ordering::Acquire) };
+            // SAFETY: the hardware queue lives as long as its intercept
+            // queue; the index loads are plain atomic reads.
+            !hardware.is_null() && unsafe { read(hardware) >= write(hardware) }
+        })
+    }
+
     /// On ROCr >= 6, before a write: makes sure the runtime will submit
     /// `out` to the hardware ring at once rather than defer it behind a
     /// retry barrier. ROCr's final submit keeps a deferred write on the

@@ -39,9 +39,19 @@ pub fn on_unload() {
         // launches; the runtime is going away now, so its signals go back
         // before it counts them (ROCr >= 6 says "Resource leak detected by
         // SharedSignalPool, N Signals leaked" for each one still alive).
-        // Signals of dispatches given up on stay out, and the pool open.
+        // Only once the device has drained every traced ring: app threads
+        // may still be launching while the process exits, and a packet of
+        // rprof's still in a ring (a lingering forwarding barrier) would
+        // wait on a destroyed signal; the queue then stalled and ROCr 5.2.3
+        // aborted on its overflow assertion (teardown_races_under_valgrind_memcheck,
+        // vg-exit-busy, 1 run in 3). Signals of dispatches given up on stay
+        // out, and the pool open.
         let t0 = std::time::Instant::now();
-        let closed = s.source.pool().shutdown();
+        let closed = if s.hardware_rings_drained() {
+            s.source.pool().shutdown().map_err(|e| e.to_string())
+        } else {
+            Err("a traced queue's hardware ring still holds packets, or is not known".to_string())
+        };
         if s.verbose {
             match closed {
                 Ok(n) => eprintln!(
