@@ -69,15 +69,14 @@ fn next_age(age: u64) -> u64 {
 struct Slots {
     signal: Vec<Option<Slot>>,
     other: HashMap<u32, Slot>,
-    len: usize,
 }
 
 impl Slots {
     fn get(&self, id: &u32) -> Option<&Slot> {
-        match self.signal.get(*id as usize) {
-            Some(slot) if *id <= MAX_SIGNAL_EVENTS => slot.as_ref(),
-            _ => self.other.get(id),
+        if *id <= MAX_SIGNAL_EVENTS {
+            return self.signal.get(*id as usize).and_then(Option::as_ref);
         }
+        self.other.get(id)
     }
 
     fn get_mut(&mut self, id: &u32) -> Option<&mut Slot> {
@@ -92,34 +91,27 @@ impl Slots {
     }
 
     fn insert(&mut self, id: u32, slot: Slot) {
-        let old = if id <= MAX_SIGNAL_EVENTS {
-            let i = id as usize;
-            if self.signal.len() <= i {
-                self.signal.resize_with(i + 1, || None);
-            }
-            self.signal[i].replace(slot)
-        } else {
-            self.other.insert(id, slot)
-        };
-        if old.is_none() {
-            self.len += 1;
+        if id > MAX_SIGNAL_EVENTS {
+            self.other.insert(id, slot);
+            return;
         }
+        let i = id as usize;
+        if self.signal.len() <= i {
+            self.signal.resize_with(i + 1, || None);
+        }
+        self.signal[i] = Some(slot);
     }
 
     fn remove(&mut self, id: &u32) -> Option<Slot> {
-        let old = if *id <= MAX_SIGNAL_EVENTS {
-            self.signal.get_mut(*id as usize).and_then(Option::take)
-        } else {
-            self.other.remove(id)
-        };
-        if old.is_some() {
-            self.len -= 1;
+        if *id <= MAX_SIGNAL_EVENTS {
+            return self.signal.get_mut(*id as usize).and_then(Option::take);
         }
-        old
+        self.other.remove(id)
     }
 
+    /// Events held (counted, for the diagnostics only).
     fn len(&self) -> usize {
-        self.len
+        self.signal.iter().filter(|s| s.is_some()).count() + self.other.len()
     }
 }
 
