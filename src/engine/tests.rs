@@ -434,7 +434,7 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
             serialize: false,
             host_forwarding: false,
         },
-        table,
+        CachedKernelNames::new(table),
     );
     let q = Arc::new(QueueContext::new(7, 0, 0));
     h.engine.push_loaded_kernels(LoadedKernels {
@@ -1042,7 +1042,7 @@ fn kernel_table_names_and_filters_the_writer_sees() {
     });
     table.insert(0x10, "keep_me.kd");
     table.insert(0x20, "skip_me.kd");
-    let mut names: &KernelTable = &table;
+    let mut names = CachedKernelNames::new(&table);
     let mut seen = Vec::new();
     for object in [0x10u64, 0x20, 0x30] {
         names.with_kernel(object, &mut |k, keep| {

@@ -30,23 +30,8 @@ pub trait KernelNames {
     fn learn(&mut self, kernels: &LoadedKernels);
 }
 
-/// The live table (shared with the session, hence by reference).
-impl KernelNames for &KernelTable {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
-        let entry = self.resolve(kernel_object);
-        f(&entry.info(), entry.keep());
-    }
-
-    fn learn(&mut self, kernels: &LoadedKernels) {
-        if let Some(why) = KernelTable::learn(self, kernels) {
-            eprintln!(
-                "rprof: warning: a code object's kernel metadata could not be read ({why}); its kernels' register counts are 0"
-            );
-        }
-    }
-}
-
-/// The live table behind a cache of the writer's own: an entry the writer
+/// The live table (shared with the session) behind a cache of the
+/// writer's own: an entry the writer
 /// has seen is found again without the table's shard lock and reference
 /// count (two locked instructions each, and a tenth of the writer's time
 /// on the storm). Every entry filed in the table moves its generation,
@@ -87,8 +72,11 @@ impl KernelNames for CachedKernelNames<'_> {
     }
 
     fn learn(&mut self, kernels: &LoadedKernels) {
-        let mut table = self.table;
-        KernelNames::learn(&mut table, kernels);
+        if let Some(why) = self.table.learn(kernels) {
+            eprintln!(
+                "rprof: warning: a code object's kernel metadata could not be read ({why}); its kernels' register counts are 0"
+            );
+        }
     }
 }
 
