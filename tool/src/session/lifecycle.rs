@@ -41,10 +41,8 @@ pub fn on_unload() {
         // SharedSignalPool, N Signals leaked" for each one still alive).
         // Only once the device has drained every traced ring: app threads
         // may still be launching while the process exits, and a packet of
-        // rprof's still in a ring (a lingering forwarding barrier) would
-        // wait on a destroyed signal; the queue then stalled and ROCr 5.2.3
-        // aborted on its overflow assertion (teardown_races_under_valgrind_memcheck,
-        // vg-exit-busy, 1 run in 3). Signals of dispatches given up on stay
+        // rprof's still in a ring (a lingering forwarding barrier) must not
+        // wait on a destroyed signal. Signals of dispatches given up on stay
         // out, and the pool open.
         let t0 = std::time::Instant::now();
         let closed = if s.hardware_rings_drained() {
