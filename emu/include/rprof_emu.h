@@ -40,8 +40,14 @@ int rprof_emu_signal_add(uint64_t signal, int64_t delta);
 /* Only the interrupt part (mailbox store + event fire), without changing the value. Returns 0 or -1. */
 int rprof_emu_signal_interrupt(uint64_t signal);
 
+/* What a wave ringing an RPC doorbell does: atomically adds `delta` to the signal's value and, if the value was
+ * 0, raises the interrupt. The ring time (see rprof_emu_signal_interrupt_before) is noted before the new value
+ * is visible, so a host thread that sees the value always finds the ring. Stores the old value in *old (when
+ * not NULL). Returns 0 or -1. */
+int rprof_emu_signal_ring(uint64_t signal, int64_t delta, int64_t* old);
+
 /* CLOCK_BOOTTIME ns of the latest interrupt the device raised on `signal` at or before `t_ns`, among the last 8
- * (rprof_emu_signal_add / rprof_emu_signal_interrupt, or a packet completing it), or 0 if none / the signal has no
+ * (rprof_emu_signal_add / rprof_emu_signal_interrupt / rprof_emu_signal_ring, or a packet completing it), or 0 if none / the signal has no
  * event. Real hardware reports no such time; tracers use it as the ring time of an RPC doorbell on the emulated
  * GPU. */
 uint64_t rprof_emu_signal_interrupt_before(uint64_t signal, uint64_t t_ns);

@@ -19,6 +19,7 @@ std::arch::global_asm!(
     ".symver rprof_emu_unregister_kernel, rprof_emu_unregister_kernel@@@HSAKMT_1",
     ".symver rprof_emu_signal_add, rprof_emu_signal_add@@@HSAKMT_1",
     ".symver rprof_emu_signal_interrupt, rprof_emu_signal_interrupt@@@HSAKMT_1",
+    ".symver rprof_emu_signal_ring, rprof_emu_signal_ring@@@HSAKMT_1",
     ".symver rprof_emu_kernel_name, rprof_emu_kernel_name@@@HSAKMT_1",
     ".symver rprof_emu_get_stats, rprof_emu_get_stats@@@HSAKMT_1",
     ".symver rprof_emu_signal_interrupt_before, rprof_emu_signal_interrupt_before@@@HSAKMT_1",
@@ -138,7 +139,34 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt(signal_handle: u64) -> c_int
             return -1;
         }
         // SAFETY: live signal per the contract.
-        unsafe { crate::cp::signal_interrupt(e, signal_handle, crate::clock::now_ns()) };
+        unsafe { crate::cp::signal_interrupt(e, signal_handle) };
+        0
+    })
+}
+
+/// What a wave ringing an RPC doorbell does: adds `delta` to the signal's value and raises the interrupt if
+/// the value was 0; the ring time is noted before the new value is visible. Stores the old value in `*old`
+/// (when not null). Returns 0 or -1.
+///
+/// # Safety
+/// `signal_handle` must be the handle of a live ROCr signal; `old` null or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rprof_emu_signal_ring(
+    signal_handle: u64,
+    delta: i64,
+    old: *mut i64,
+) -> c_int {
+    guard(|| {
+        let Ok(e) = emulator() else { return -1 };
+        if signal_handle == 0 {
+            return -1;
+        }
+        // SAFETY: live signal per the contract.
+        let was = unsafe { crate::cp::signal_ring(e, signal_handle, delta) };
+        if !old.is_null() {
+            // SAFETY: non-null and writable per the contract.
+            unsafe { old.write(was) };
+        }
         0
     })
 }

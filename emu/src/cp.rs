@@ -459,14 +459,11 @@ pub fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32
     })
 }
 
-/// Does what CP firmware + KFD do when a signal with a mailbox changes: write the event id to the mailbox and
-/// fire the event. `ring_ns` (`CLOCK_BOOTTIME`) is when the device changed the signal, taken by the caller
-/// before its value store, so a waiter that saw the new value (even while still spinning) never woke before
-/// the ring time recorded here.
+/// The interrupt slot of a live signal (see [`interrupt_slot`]) with the signal's mailbox and event id.
 ///
 /// # Safety
 /// `handle` must be the address of a live `amd_signal_t`.
-pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64, ring_ns: u64) {
+unsafe fn interrupt_target(emu: &Emulator, handle: u64) -> Option<(u32, u64, u32)> {
     let base = handle as usize;
     // SAFETY: the signal is live (contract); its mailbox pointer and event id are plain aligned fields.
     let (mailbox, event_id) = unsafe {
@@ -477,15 +474,87 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64, ring_ns: u64) {
                 .load(Ordering::Acquire),
         )
     };
-    let Some(id) = interrupt_slot(emu, mailbox, event_id) else {
+    interrupt_slot(emu, mailbox, event_id).map(|slot| (slot, mailbox, event_id))
+}
+
+/// Notes that the device rings `handle` at `ring_ns` (`CLOCK_BOOTTIME`). Callers note the ring *before* they
+/// store the signal's new value: a waiter that saw that value (even while still spinning, or woken by the
+/// scheduler rather than the interrupt) then always finds the ring at or before its wake.
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+unsafe fn note_ring(emu: &Emulator, handle: u64, ring_ns: u64) {
+    // SAFETY: live signal (contract).
+    if let Some((slot, _, _)) = unsafe { interrupt_target(emu, handle) } {
+        emu.events.note_interrupt(slot, ring_ns);
+    }
+}
+
+/// Does what CP firmware + KFD do once a signal with a mailbox changed: write the event id to the mailbox and
+/// fire the event. The ring time was noted before the value changed ([`note_ring`]).
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+unsafe fn raise_interrupt(emu: &Emulator, handle: u64) {
+    // SAFETY: live signal (contract).
+    let Some((id, mailbox, event_id)) = (unsafe { interrupt_target(emu, handle) }) else {
         return;
     };
-    emu.events.note_interrupt(id, ring_ns);
     // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked above).
     unsafe { (*(mailbox as *const AtomicU64)).store(u64::from(event_id), Ordering::Release) };
     if emu.events.fire(event_id).is_err() && id != event_id {
         let _ = emu.events.fire(id);
     }
+}
+
+/// Raises the interrupt of a signal whose value does not change (s_sendmsg on its own): notes the ring now,
+/// then stores the mailbox and fires the event.
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
+    // SAFETY: live signal (contract).
+    unsafe {
+        note_ring(emu, handle, crate::clock::now_ns());
+        raise_interrupt(emu, handle);
+    }
+}
+
+/// What a wave ringing an RPC doorbell does: adds `delta` to the signal's value and, if the value was 0 (the
+/// server had consumed every earlier ring), raises the interrupt. The ring is noted before the add publishes
+/// the new value. Returns the old value.
+///
+/// The device is the only writer that makes the value non-zero (the server only takes it back to 0), so a
+/// value read as 0 stays 0 until this add. Should another device thread add in between (the compare-exchange
+/// fails), the note already made names a slightly later ring time than that thread's; the next wake then
+/// reads that time.
+///
+/// # Safety
+/// `handle` must be the address of a live `amd_signal_t`.
+pub unsafe fn signal_ring(emu: &Emulator, handle: u64, delta: i64) -> i64 {
+    // SAFETY: live signal (contract).
+    let value = unsafe { signal_value(handle) };
+    let mut old = value.load(Ordering::Acquire);
+    loop {
+        if old == 0 {
+            // SAFETY: live signal (contract).
+            unsafe { note_ring(emu, handle, crate::clock::now_ns()) };
+        }
+        match value.compare_exchange(
+            old,
+            old.wrapping_add(delta),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => break,
+            Err(now) => old = now,
+        }
+    }
+    if old == 0 {
+        // SAFETY: live signal (contract).
+        unsafe { raise_interrupt(emu, handle) };
+    }
+    old
 }
 
 /// Whether a BARRIER_VALUE packet's condition holds for the waited-on signal's current `value`:
@@ -519,11 +588,12 @@ pub unsafe fn signal_complete(emu: &Emulator, handle: u64, delta: i64, ticks: Op
                 .store(end, Ordering::Relaxed);
         }
     }
-    let ring_ns = crate::clock::now_ns();
     // SAFETY: live signal (contract).
-    unsafe { signal_value(handle) }.fetch_add(delta, Ordering::AcqRel);
-    // SAFETY: live signal (contract).
-    unsafe { signal_interrupt(emu, handle, ring_ns) };
+    unsafe {
+        note_ring(emu, handle, crate::clock::now_ns());
+        signal_value(handle).fetch_add(delta, Ordering::AcqRel);
+        raise_interrupt(emu, handle);
+    }
 }
 
 fn ring_packet(q: &HwQueue, index: u64) -> usize {
@@ -689,9 +759,9 @@ impl CpThread {
         if sig != 0 {
             // SAFETY: ROCr's queue_inactive_signal is a live signal for the queue's lifetime.
             unsafe {
-                let ring_ns = crate::clock::now_ns();
+                note_ring(self.emu, sig, crate::clock::now_ns());
                 signal_value(sig).store(code, Ordering::Release);
-                signal_interrupt(self.emu, sig, ring_ns);
+                raise_interrupt(self.emu, sig);
             }
         }
     }

@@ -69,6 +69,7 @@ struct Options {
   uint32_t wait_timeout_ms = 100;
   uint32_t deadline_s = 60;
   uint32_t launch_gap_us = 0;
+  uint32_t call_gap_us = 0;
   bool drain_between = false;
   int64_t fault_serve_twice = -1;
   bool exhaust_events = false;
@@ -93,6 +94,8 @@ static const char kUsage[] =
     "  --queues Q           queues the kernels are spread over, launched from one thread each (default 1)\n"
     "  --launch-gap-us G    pause between two launches on a queue, so calls arrive spread out and the server\n"
     "                       sleeps and wakes more often (default 0: all kernels launched back to back)\n"
+    "  --call-gap-us G      pause of the device between two calls of a kernel, as a slow wave would: the server\n"
+    "                       then often finds a call while it is still spinning in its wait (default 0)\n"
     "  --drain-between      launch the kernels one at a time (queues in turn), each once every call of the\n"
     "                       previous ones was served: every kernel's first call then rings a drained doorbell,\n"
     "                       so rings >= kernels (the --launch-gap-us pause precedes each launch)\n"
@@ -150,6 +153,8 @@ static Options parse_options(int argc, char** argv) {
       o.wait_timeout_ms = parse_u32("--wait-timeout-ms", next, 0, UINT32_MAX), i++;
     } else if (a == "--launch-gap-us") {
       o.launch_gap_us = parse_u32("--launch-gap-us", next, 0, 10000000), i++;
+    } else if (a == "--call-gap-us") {
+      o.call_gap_us = parse_u32("--call-gap-us", next, 0, 1000000), i++;
     } else if (a == "--deadline-s") {
       o.deadline_s = parse_u32("--deadline-s", next, 1, 100000), i++;
     } else if (a == "--fault-serve-twice") {
@@ -232,9 +237,9 @@ static void format_reply(char* out, size_t len, const RpcRequest& r, uint32_t id
 // --- Emulator C API (looked up at run time: the emulator is the libhsakmt.so.1 that ROCr loads) ---------------
 typedef void (*HostKernelFn)(const hsa_kernel_dispatch_packet_t*, void*, void*);
 typedef int (*RegisterKernelFn)(const char*, HostKernelFn, void*);
-typedef int (*SignalInterruptFn)(uint64_t);
+typedef int (*SignalRingFn)(uint64_t, int64_t, int64_t*);
 
-static SignalInterruptFn g_signal_interrupt = nullptr;
+static SignalRingFn g_signal_ring = nullptr;
 
 static void* emu_symbol(const char* name) {
   void* p = dlsym(RTLD_DEFAULT, name);
@@ -255,6 +260,7 @@ static std::atomic<uint64_t> g_rings{0};
 static std::atomic<uint64_t> g_client_kernels{0};
 static std::atomic<uint64_t> g_cp_thread{0};
 static std::atomic<uint64_t> g_producer_threads{0};
+static uint32_t g_call_gap_us = 0;  // --call-gap-us, set before the first launch
 
 // The host implementation of `rpc_client`, run on the emulator's CP thread at launch. It must not block (the CP
 // is single-threaded), so it cannot wait for the server's replies: it issues all calls and returns.
@@ -263,7 +269,6 @@ static void rpc_client_host(const hsa_kernel_dispatch_packet_t*, void* kernarg, 
   uint64_t self = (uint64_t)pthread_self();
   uint64_t expected = 0;
   if (!g_cp_thread.compare_exchange_strong(expected, self) && expected != self) g_producer_threads.fetch_add(1);
-  amd_signal_t* sig = (amd_signal_t*)a->doorbell;
   // Lanes advance in lock step, as the work-items of one wavefront would.
   for (uint32_t call = 0; call < a->calls; call++) {
     for (uint32_t lane = 0; lane < a->lanes; lane++) {
@@ -277,13 +282,19 @@ static void rpc_client_host(const hsa_kernel_dispatch_packet_t*, void* kernarg, 
       uint64_t pos = __atomic_fetch_add(a->ring_head, 1, __ATOMIC_RELAXED);
       __atomic_store_n(&a->ring_slots[pos & a->ring_mask], (uint64_t)id + 1, __ATOMIC_RELEASE);
       __atomic_store_n(&r->ring_ns, boottime_ns(), __ATOMIC_RELAXED);
-      int64_t old = __atomic_fetch_add(&sig->value, 1, __ATOMIC_SEQ_CST);
+      // Add 1; if the doorbell was 0, ring it (mailbox store + event fire, as s_sendmsg would). The emulator
+      // notes the ring time before the new value is visible.
+      int64_t old = 0;
+      if (g_signal_ring(a->doorbell, 1, &old) != 0) {
+        fprintf(stderr, "rpc-doorbell: rprof_emu_signal_ring failed\n");
+        abort();
+      }
       if (old == 0) {
         __atomic_store_n(&r->rang, 1u, __ATOMIC_RELAXED);
         g_rings.fetch_add(1, std::memory_order_relaxed);
-        g_signal_interrupt(a->doorbell);  // mailbox store + event fire, as s_sendmsg would
       }
       g_issued.fetch_add(1, std::memory_order_relaxed);
+      if (g_call_gap_us != 0) usleep(g_call_gap_us);
     }
   }
   g_client_kernels.fetch_add(1, std::memory_order_release);
@@ -540,10 +551,11 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   Options opt = parse_options(argc, argv);
   const uint64_t total = (uint64_t)opt.kernels * opt.lanes * opt.calls;
-  printf("RPC config kernels=%u lanes=%u calls=%u slow_us=%u queues=%u launch_gap_us=%u drain_between=%d "
-         "wait_timeout_ms=%u exhaust_events=%d\n",
-         opt.kernels, opt.lanes, opt.calls, opt.slow_us, opt.queues, opt.launch_gap_us, opt.drain_between ? 1 : 0,
-         opt.wait_timeout_ms, opt.exhaust_events ? 1 : 0);
+  g_call_gap_us = opt.call_gap_us;
+  printf("RPC config kernels=%u lanes=%u calls=%u slow_us=%u queues=%u launch_gap_us=%u call_gap_us=%u "
+         "drain_between=%d wait_timeout_ms=%u exhaust_events=%d\n",
+         opt.kernels, opt.lanes, opt.calls, opt.slow_us, opt.queues, opt.launch_gap_us, opt.call_gap_us,
+         opt.drain_between ? 1 : 0, opt.wait_timeout_ms, opt.exhaust_events ? 1 : 0);
 
   if (hsa_status_t st = hsa_init(); st != HSA_STATUS_SUCCESS) {
     const char* msg = "?";
@@ -563,7 +575,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto register_kernel = (RegisterKernelFn)emu_symbol("rprof_emu_register_kernel");
-  g_signal_interrupt = (SignalInterruptFn)emu_symbol("rprof_emu_signal_interrupt");
+  g_signal_ring = (SignalRingFn)emu_symbol("rprof_emu_signal_ring");
 
   hsa_executable_t exec = load_code_object(opt.code_object.empty() ? default_code_object() : opt.code_object);
   hsa_executable_symbol_t sym;
