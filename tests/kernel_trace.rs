@@ -1238,8 +1238,16 @@ fn teardown_races_under_valgrind_memcheck() {
         ("vg-destroy", &["destroy", "100"][..]),
     ] {
         let suppressions = format!("--suppressions={}", supp.display());
+        // --fair-sched=yes: valgrind runs one thread at a time, and its
+        // default lock hands the CPU back to a thread that yields, so the
+        // emulated device's thread could wait 2 s for a turn while the app's
+        // threads and rprof's spun. rprof's ring guard then saw a stuck
+        // device and gave the queue up (3 runs in 28), and ROCr 5.2.3's
+        // intercept queue aborted on the overflow that followed (2 in 28).
+        // With the fair lock: 0 in 32.
         let mut command = vec![
             "valgrind",
+            "--fair-sched=yes",
             "--error-exitcode=99",
             "--quiet",
             suppressions.as_str(),

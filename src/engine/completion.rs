@@ -168,6 +168,10 @@ impl<S: DispatchSignal> Engine<S> {
             let copies_done = self.poll_copies(backend, &mut copies);
             let scan = self.scan(backend, &mut tracked, pass);
             pass = pass.wrapping_add(1);
+            self.completion_passes.store(
+                self.completion_passes.load(Ordering::Relaxed) + 1,
+                Ordering::Release,
+            );
             self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
             let dropped = if scan.full {
                 self.drop_destroyed(&mut tracked, &mut serializer)

@@ -226,6 +226,10 @@ pub struct Engine<S> {
     writer_gone: AtomicBool,
     /// The completion thread is gone (panicked).
     completion_gone: AtomicBool,
+    /// Passes the completion thread has made (written by it alone, read by
+    /// an interceptor that waits for ring space: a stall only counts
+    /// against the device while this thread keeps looking).
+    completion_passes: AtomicU64,
     writer_wake: WakePoint,
     counters: EngineCounters,
     state: AtomicU8,
@@ -307,6 +311,7 @@ impl<S: DispatchSignal> Engine<S> {
             urgent: AtomicBool::new(false),
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),
+            completion_passes: AtomicU64::new(0),
             writer_wake: WakePoint::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),

@@ -18,6 +18,15 @@ use std::time::Instant;
 use rprof_abi::packet::RawPacket;
 
 use super::{DispatchSignal, Engine, QueueContext, INTERCEPTOR_PACE, RING_STALL};
+
+/// Looks an interceptor takes at a full ring, after the last slot came back,
+/// before a [`RING_STALL`] counts (64 yields, then 50 µs naps: about 10 ms).
+const STALL_ROUNDS: u32 = 256;
+
+/// Passes the completion thread makes, after the last slot came back, before
+/// a [`RING_STALL`] counts (an interceptor that waits wakes it every 16th
+/// round, so a running completion thread makes these in milliseconds).
+const STALL_PASSES: u64 = 64;
 use crate::wait::Wait;
 
 /// Slots `packets` take in the hardware ring once the runtime's intercept
@@ -72,6 +81,14 @@ impl<S: DispatchSignal> Engine<S> {
     /// all): the device cannot make progress on this queue by itself (its
     /// head waits for something the app does later). Such a queue never
     /// waits again: later calls without room return `false` at once.
+    ///
+    /// A stall counts only once it was seen: this thread looked
+    /// [`STALL_ROUNDS`] times and the completion thread made [`STALL_PASSES`]
+    /// passes since the last slot came back. A thread the scheduler kept off
+    /// the CPU for a second (an overloaded machine; valgrind, which runs one
+    /// thread at a time) has not seen a stuck device, and giving up costs
+    /// dispatches (and, on ROCr 5.2.3, whose intercept queue asserts when two
+    /// packets in a row find its ring full, can abort the app).
     pub(super) fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) -> bool {
         if queue.slot_limit == 0 || slots == 0 {
             return true;
@@ -93,6 +110,8 @@ impl<S: DispatchSignal> Engine<S> {
         let mut progress = Instant::now();
         let mut wait = Wait::until(progress + self.options.pool_wait, INTERCEPTOR_PACE);
         let mut last = queue.slots_in_use();
+        let mut passes_at_progress = self.completion_passes.load(Ordering::Acquire);
+        let mut rounds_at_progress = 0;
         loop {
             let now_in_use = queue.slots_in_use();
             if now_in_use <= target {
@@ -105,8 +124,14 @@ impl<S: DispatchSignal> Engine<S> {
             if now_in_use < last {
                 last = now_in_use;
                 progress = Instant::now();
+                passes_at_progress = self.completion_passes.load(Ordering::Acquire);
+                rounds_at_progress = wait.rounds();
             }
-            if progress.elapsed() >= RING_STALL || wait.expired() {
+            let stalled = progress.elapsed() >= RING_STALL
+                && wait.rounds() - rounds_at_progress >= STALL_ROUNDS
+                && self.completion_passes.load(Ordering::Acquire) - passes_at_progress
+                    >= STALL_PASSES;
+            if stalled || wait.expired() {
                 queue.ring_wait_gave_up.store(true, Ordering::Release);
                 return queue.slots_in_use() + need <= queue.slot_limit;
             }

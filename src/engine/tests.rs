@@ -23,6 +23,9 @@ struct Signals {
     value: Vec<AtomicI64>,
     start: Vec<AtomicU64>,
     end: Vec<AtomicU64>,
+    /// While set, the completion thread's signal reads block (the thread is
+    /// kept off the CPU, as a scheduler can).
+    reads_paused: AtomicBool,
 }
 
 impl Signals {
@@ -31,6 +34,7 @@ impl Signals {
             value: (0..SIGNALS).map(|_| AtomicI64::new(1)).collect(),
             start: (0..SIGNALS).map(|_| AtomicU64::new(0)).collect(),
             end: (0..SIGNALS).map(|_| AtomicU64::new(0)).collect(),
+            reads_paused: AtomicBool::new(false),
         })
     }
     fn idx(h: u64) -> usize {
@@ -99,6 +103,9 @@ struct FakeBackend {
 
 impl CompletionBackend for FakeBackend {
     fn signal_value(&self, signal: u64) -> i64 {
+        while self.signals.reads_paused.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.signals.value[Signals::idx(signal)].load(Ordering::Acquire)
     }
     fn forward(&self, app_signal: u64) {
@@ -1415,6 +1422,56 @@ fn long_batches_allocate_nothing_in_steady_state() {
 #[test]
 fn long_serialized_batches_allocate_nothing_in_steady_state() {
     long_batches_allocate_nothing(true);
+}
+
+#[test]
+fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
+    // The device finishes every kernel, but the completion thread cannot
+    // look for 1.5 s (an overloaded machine; valgrind runs one thread at a
+    // time). The interceptor waiting for ring space meanwhile sees no slot
+    // come back; that is no stall of the device: it keeps waiting, and its
+    // kernel is traced once the completion thread runs again.
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 64,
+            handoff_queue: 64,
+            max_copies_in_flight: 64,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(10),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    );
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    h.signals.reads_paused.store(true, Ordering::SeqCst);
+    // 6 kernels with their forwarding barriers take the 12 slots.
+    for _ in 0..6 {
+        h.submit(&q, &[kernel_packet(1, 2000)]);
+    }
+    let pause = Duration::from_millis(1500);
+    let resume = {
+        let signals = h.signals.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(pause);
+            signals.reads_paused.store(false, Ordering::SeqCst);
+        })
+    };
+    let t = Instant::now();
+    h.submit(&q, &[kernel_packet(1, 2000)]);
+    let waited = t.elapsed();
+    resume.join().unwrap();
+    assert!(waited >= pause - Duration::from_millis(100), "{waited:?}");
+    assert!(!q.ring_wait_gave_up());
+    assert_eq!(h.engine.counters().lost.load(Ordering::SeqCst), 0);
+    let (outcome, collected, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 7);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(collected.dispatches.len(), 7);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), 7);
 }
 
 #[test]
