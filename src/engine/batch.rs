@@ -10,7 +10,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
@@ -309,8 +308,7 @@ impl<S: DispatchSignal> Engine<S> {
         for entry in batch.dispatches.drain(..) {
             // The completion thread empties the hand-off queue on every
             // poll; when it is full, wake it and wait for room (bounded).
-            let deadline = Instant::now() + self.options.pool_wait;
-            if let Err(b) = push_bounded(&self.pending, entry, deadline, || {
+            if let Err(b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
                 self.completion_wake.notify()
             }) {
                 // Cannot track it: its signal is gone with it, and nobody

@@ -582,19 +582,20 @@ pub fn clamp_times(
 }
 
 /// Pushes `item`, retrying (after `wake`, which asks the consumer to drain,
-/// and a yield) until `deadline`; gives the item back if the queue stayed
+/// and a yield) for up to `timeout`; gives the item back if the queue stayed
 /// full. An app thread never waits longer than that for rprof.
 fn push_bounded<T>(
     queue: &ArrayQueue<T>,
     item: T,
-    deadline: Instant,
+    timeout: Duration,
     wake: impl Fn(),
 ) -> Result<(), T> {
     let mut item = match queue.push(item) {
         Ok(()) => return Ok(()),
         Err(back) => back,
     };
-    let mut wait = Wait::until(deadline, PUSH_PACE);
+    // The clock is read only once the queue was full (not per dispatch).
+    let mut wait = Wait::with_timeout(timeout, PUSH_PACE);
     loop {
         wake();
         if !wait.pause() {
