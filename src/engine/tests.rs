@@ -1424,6 +1424,26 @@ fn long_serialized_batches_allocate_nothing_in_steady_state() {
     long_batches_allocate_nothing(true);
 }
 
+/// A harness for the ring guard's stall tests: 64 signals, the given
+/// `pool_wait` (the longest wait in all).
+fn ring_guard_harness(pool_wait: Duration) -> Harness {
+    Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 64,
+            handoff_queue: 64,
+            max_copies_in_flight: 64,
+            record_queue: 64,
+            pool_wait,
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    )
+}
+
 #[test]
 fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
     // The device finishes every kernel, but the completion thread cannot
@@ -1431,21 +1451,7 @@ fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
     // time). The interceptor waiting for ring space meanwhile sees no slot
     // come back; that is no stall of the device: it keeps waiting, and its
     // kernel is traced once the completion thread runs again.
-    let h = Harness::with_options(
-        EngineOptions {
-            pid: 42,
-            max_in_flight: 64,
-            handoff_queue: 64,
-            max_copies_in_flight: 64,
-            record_queue: 64,
-            pool_wait: Duration::from_secs(10),
-            min_backoff: Duration::from_micros(50),
-            max_backoff: Duration::from_micros(500),
-            serialize: false,
-            host_forwarding: false,
-        },
-        Names::default(),
-    );
+    let h = ring_guard_harness(Duration::from_secs(10));
     let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
     h.signals.reads_paused.store(true, Ordering::SeqCst);
     // 6 kernels with their forwarding barriers take the 12 slots.
@@ -1481,21 +1487,7 @@ fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_
     // free ring slots until then. One wait of RING_STALL, then the queue
     // never waits again: the launches that do not fit pass through
     // untraced (counted lost).
-    let h = Harness::with_options(
-        EngineOptions {
-            pid: 42,
-            max_in_flight: 64,
-            handoff_queue: 64,
-            max_copies_in_flight: 64,
-            record_queue: 64,
-            pool_wait: Duration::from_secs(3),
-            min_backoff: Duration::from_micros(50),
-            max_backoff: Duration::from_micros(500),
-            serialize: false,
-            host_forwarding: false,
-        },
-        Names::default(),
-    );
+    let h = ring_guard_harness(Duration::from_secs(3));
     let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
     let host_gate = 3000u64;
     h.submit(&q, &[RawPacket::gate_barrier(host_gate)]);
