@@ -156,6 +156,15 @@ fn other_isa_runs_its_code_object() {
 }
 
 #[test]
+fn a_doorbell_rung_out_of_order_loses_no_packet() {
+    // Two producers of one queue: packet i+1 is published and rung first, packet i last, so the doorbell ends
+    // at i. The emulated CP used to stop at the doorbell's value and never ran packet i+1 (8 HIP threads sharing
+    // 4 hardware queues hung 1 run in 10 on ROCr 5.2.3 and 1 in 8 on 6.1.2). 20 rounds, 40 packets.
+    let r = run(&hsa_raw(), &["doorbell_order"], &[]);
+    assert_eq!(r.int("doorbell_order_completed"), 40);
+}
+
+#[test]
 fn invalid_packets_raise_queue_errors() {
     let r = run(&hsa_raw(), &["fault"], &[]);
     assert_eq!(r.int("bad_type_errors"), 1);

@@ -782,9 +782,11 @@ impl CpThread {
             if q.suspended || q.faulted {
                 return progress;
             }
-            if q.rd as i64 > doorbell.load(Ordering::Acquire) as i64 {
-                return progress;
-            }
+            // AQL doorbells (DoorbellType 2) only say that packets are there; a valid header says which.
+            // Producers sharing a queue ring in any order, so the value last stored can be below a packet
+            // already published (packet i+1 rung, then packet i): stopping at the doorbell's value left such a
+            // packet waiting for ever. A consumed slot has its header set back to INVALID, so the header at
+            // `rd` is valid only for a packet published since.
             let header = Self::header(q, q.rd).load(Ordering::Acquire);
             let ty = header_packet_type(header);
             if ty == HSA_PACKET_TYPE_INVALID {

@@ -526,6 +526,47 @@ static int mode_concurrency(const char* code_object) {
   return 0;
 }
 
+// Two producers of one queue ring its doorbell out of order: packet idx+1 is published and rung first, then
+// packet idx, so the last value the doorbell holds is idx. A GPU with AQL doorbells (DoorbellType 2) still runs
+// both: the doorbell only tells it that packets are there, and their valid headers say which. Prints how many of
+// the two completion signals reached 0 within 5 s.
+static int mode_doorbell_order() {
+  init();
+  hsa_queue_t* q = queue();
+  int done_count = 0;
+  for (int round = 0; round < 20; round++) {
+    hsa_signal_t first = signal(1), second = signal(1);
+    uint64_t idx = reserve(q);
+    uint64_t next = reserve(q);
+    hsa_barrier_and_packet_t* pkts[2] = {(hsa_barrier_and_packet_t*)q->base_address + (idx & (q->size - 1)),
+                                         (hsa_barrier_and_packet_t*)q->base_address + (next & (q->size - 1))};
+    hsa_signal_t sigs[2] = {first, second};
+    for (int k = 0; k < 2; k++) {
+      memset((char*)pkts[k] + 4, 0, sizeof(*pkts[k]) - 4);
+      pkts[k]->completion_signal = sigs[k];
+    }
+    publish(q, next, pkts[1], header(HSA_PACKET_TYPE_BARRIER_AND, false), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    publish(q, idx, pkts[0], header(HSA_PACKET_TYPE_BARRIER_AND, false), 0);
+    for (hsa_signal_t s : sigs) {
+      if (hsa_signal_wait_scacquire(s, HSA_SIGNAL_CONDITION_EQ, 0, 5000000000ull, HSA_WAIT_STATE_BLOCKED) == 0)
+        done_count++;
+    }
+    bool stuck = hsa_signal_load_scacquire(second) != 0;
+    CHECK(hsa_signal_destroy(first));
+    CHECK(hsa_signal_destroy(second));
+    if (stuck) break;
+  }
+  printf("doorbell_order_completed=%d\n", done_count);
+  fflush(stdout);
+  // A queue whose packet never ran cannot be destroyed cleanly: leave it to the process exit.
+  if (done_count == 40) {
+    CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+  }
+  return 0;
+}
+
 static std::atomic<int> g_errors{0};
 static std::atomic<unsigned> g_error_status{0};
 static void queue_error(hsa_status_t status, hsa_queue_t*, void*) {
@@ -624,6 +665,7 @@ int main(int argc, char** argv) {
   if (mode == "fault") return mode_fault();
   if (mode == "leak") return mode_leak();
   if (mode == "events") return mode_events();
-  fprintf(stderr, "usage: hsa_raw main <code-object> | topology | fault | leak | events\n");
+  if (mode == "doorbell_order") return mode_doorbell_order();
+  fprintf(stderr, "usage: hsa_raw main <code-object> | topology | fault | leak | events | doorbell_order\n");
   return 1;
 }
