@@ -186,20 +186,8 @@ pub unsafe extern "C" fn rprof_emu_signal_interrupt_before(signal_handle: u64, t
         if signal_handle == 0 {
             return 0;
         }
-        let base = signal_handle as usize;
-        let mailbox_field = base + std::mem::offset_of!(hsa_sys::amd_signal_t, event_mailbox_ptr);
-        let event_id_field = base + std::mem::offset_of!(hsa_sys::amd_signal_t, event_id);
-        // SAFETY: live signal per the contract; event_mailbox_ptr and event_id
-        // are aligned fields that ROCr wrote before handing the signal out.
-        let (mailbox, event_id) = unsafe {
-            (
-                (*(mailbox_field as *const std::sync::atomic::AtomicU64))
-                    .load(std::sync::atomic::Ordering::Acquire),
-                (*(event_id_field as *const std::sync::atomic::AtomicU32))
-                    .load(std::sync::atomic::Ordering::Acquire),
-            )
-        };
-        crate::cp::interrupt_slot(e, mailbox, event_id)
+        // SAFETY: live signal per the contract.
+        unsafe { crate::cp::signal_interrupt_slot(e, signal_handle) }
             .map_or(0, |slot| e.events.interrupt_before(slot, t_ns))
     }))
     .unwrap_or(0)

@@ -450,7 +450,7 @@ unsafe fn signal_value<'a>(handle: u64) -> &'a AtomicI64 {
 /// our own mailbox array (thunk front-end), or the event id itself when the mailbox lives in an event page the
 /// runtime mapped from tracked memory (KFD front-end, where the slot index is the event id). `None` for a
 /// signal without a usable mailbox.
-pub fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32> {
+fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32> {
     if mailbox == 0 {
         return None;
     }
@@ -459,65 +459,92 @@ pub fn interrupt_slot(emu: &Emulator, mailbox: u64, event_id: u32) -> Option<u32
     })
 }
 
-/// The interrupt slot of a live signal (see [`interrupt_slot`]) with the signal's mailbox and event id.
+/// The event slot whose interrupt history records rings of a live signal (`None` without a usable mailbox).
 ///
 /// # Safety
 /// `handle` must be the address of a live `amd_signal_t`.
-unsafe fn interrupt_target(emu: &Emulator, handle: u64) -> Option<(u32, u64, u32)> {
-    let base = handle as usize;
-    // SAFETY: the signal is live (contract); its mailbox pointer and event id are plain aligned fields.
-    let (mailbox, event_id) = unsafe {
-        (
-            (*((base + offset_of!(amd_signal_t, event_mailbox_ptr)) as *const AtomicU64))
-                .load(Ordering::Acquire),
-            (*((base + offset_of!(amd_signal_t, event_id)) as *const AtomicU32))
-                .load(Ordering::Acquire),
-        )
-    };
-    interrupt_slot(emu, mailbox, event_id).map(|slot| (slot, mailbox, event_id))
+pub unsafe fn signal_interrupt_slot(emu: &Emulator, handle: u64) -> Option<u32> {
+    // SAFETY: live signal (contract).
+    unsafe { InterruptTarget::of(emu, handle) }.map(|t| t.slot)
 }
 
-/// Notes that the device rings `handle` at `ring_ns` (`CLOCK_BOOTTIME`). Callers note the ring *before* they
-/// store the signal's new value: a waiter that saw that value (even while still spinning, or woken by the
-/// scheduler rather than the interrupt) then always finds the ring at or before its wake.
-///
-/// # Safety
-/// `handle` must be the address of a live `amd_signal_t`.
-unsafe fn note_ring(emu: &Emulator, handle: u64, ring_ns: u64) {
-    // SAFETY: live signal (contract).
-    if let Some((slot, _, _)) = unsafe { interrupt_target(emu, handle) } {
-        emu.events.note_interrupt(slot, ring_ns);
+/// Where a signal's interrupt goes: its event slot (see [`interrupt_slot`]), mailbox and event id. Read once
+/// per device update of the signal: the ring is noted before the new value is stored, the interrupt raised
+/// after.
+struct InterruptTarget {
+    slot: u32,
+    mailbox: u64,
+    event_id: u32,
+}
+
+impl InterruptTarget {
+    /// The target of a live signal, `None` for one without a usable mailbox.
+    ///
+    /// # Safety
+    /// `handle` must be the address of a live `amd_signal_t`.
+    unsafe fn of(emu: &Emulator, handle: u64) -> Option<Self> {
+        let base = handle as usize;
+        // SAFETY: the signal is live (contract); its mailbox pointer and event id are plain aligned fields.
+        let (mailbox, event_id) = unsafe {
+            (
+                (*((base + offset_of!(amd_signal_t, event_mailbox_ptr)) as *const AtomicU64))
+                    .load(Ordering::Acquire),
+                (*((base + offset_of!(amd_signal_t, event_id)) as *const AtomicU32))
+                    .load(Ordering::Acquire),
+            )
+        };
+        interrupt_slot(emu, mailbox, event_id).map(|slot| InterruptTarget {
+            slot,
+            mailbox,
+            event_id,
+        })
+    }
+
+    /// Notes that the device rings the signal now (`CLOCK_BOOTTIME`). Callers note the ring *before* they
+    /// store the signal's new value: a waiter that saw that value (even while still spinning, or woken by the
+    /// scheduler rather than the interrupt) then always finds the ring at or before its wake.
+    fn note_ring(&self, emu: &Emulator) {
+        emu.events.note_interrupt(self.slot, crate::clock::now_ns());
+    }
+
+    /// Does what CP firmware + KFD do once a signal with a mailbox changed: write the event id to the mailbox
+    /// and fire the event.
+    fn raise(&self, emu: &Emulator) {
+        // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked by
+        // `interrupt_slot`), 8-byte aligned.
+        unsafe {
+            (*(self.mailbox as *const AtomicU64)).store(u64::from(self.event_id), Ordering::Release)
+        };
+        if emu.events.fire(self.event_id).is_err() && self.slot != self.event_id {
+            let _ = emu.events.fire(self.slot);
+        }
     }
 }
 
-/// Does what CP firmware + KFD do once a signal with a mailbox changed: write the event id to the mailbox and
-/// fire the event. The ring time was noted before the value changed ([`note_ring`]).
+/// A device update of a signal: notes the ring, applies `update` to the value, then raises the interrupt (for
+/// a signal with a mailbox; otherwise just the update).
 ///
 /// # Safety
 /// `handle` must be the address of a live `amd_signal_t`.
-unsafe fn raise_interrupt(emu: &Emulator, handle: u64) {
+unsafe fn device_update(emu: &Emulator, handle: u64, update: impl FnOnce(&AtomicI64)) {
     // SAFETY: live signal (contract).
-    let Some((id, mailbox, event_id)) = (unsafe { interrupt_target(emu, handle) }) else {
-        return;
-    };
-    // SAFETY: the mailbox is either one of our event-page slots or inside tracked memory (checked above).
-    unsafe { (*(mailbox as *const AtomicU64)).store(u64::from(event_id), Ordering::Release) };
-    if emu.events.fire(event_id).is_err() && id != event_id {
-        let _ = emu.events.fire(id);
+    let (value, target) = unsafe { (signal_value(handle), InterruptTarget::of(emu, handle)) };
+    if let Some(target) = &target {
+        target.note_ring(emu);
+    }
+    update(value);
+    if let Some(target) = &target {
+        target.raise(emu);
     }
 }
 
-/// Raises the interrupt of a signal whose value does not change (s_sendmsg on its own): notes the ring now,
-/// then stores the mailbox and fires the event.
+/// Raises the interrupt of a signal whose value does not change (s_sendmsg on its own).
 ///
 /// # Safety
 /// `handle` must be the address of a live `amd_signal_t`.
 pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
     // SAFETY: live signal (contract).
-    unsafe {
-        note_ring(emu, handle, crate::clock::now_ns());
-        raise_interrupt(emu, handle);
-    }
+    unsafe { device_update(emu, handle, |_| {}) };
 }
 
 /// What a wave ringing an RPC doorbell does: adds `delta` to the signal's value and, if the value was 0 (the
@@ -533,12 +560,11 @@ pub unsafe fn signal_interrupt(emu: &Emulator, handle: u64) {
 /// `handle` must be the address of a live `amd_signal_t`.
 pub unsafe fn signal_ring(emu: &Emulator, handle: u64, delta: i64) -> i64 {
     // SAFETY: live signal (contract).
-    let value = unsafe { signal_value(handle) };
+    let (value, target) = unsafe { (signal_value(handle), InterruptTarget::of(emu, handle)) };
     let mut old = value.load(Ordering::Acquire);
     loop {
-        if old == 0 {
-            // SAFETY: live signal (contract).
-            unsafe { note_ring(emu, handle, crate::clock::now_ns()) };
+        if let (0, Some(target)) = (old, &target) {
+            target.note_ring(emu);
         }
         match value.compare_exchange(
             old,
@@ -550,9 +576,8 @@ pub unsafe fn signal_ring(emu: &Emulator, handle: u64, delta: i64) -> i64 {
             Err(now) => old = now,
         }
     }
-    if old == 0 {
-        // SAFETY: live signal (contract).
-        unsafe { raise_interrupt(emu, handle) };
+    if let (0, Some(target)) = (old, &target) {
+        target.raise(emu);
     }
     old
 }
@@ -590,10 +615,10 @@ pub unsafe fn signal_complete(emu: &Emulator, handle: u64, delta: i64, ticks: Op
     }
     // SAFETY: live signal (contract).
     unsafe {
-        note_ring(emu, handle, crate::clock::now_ns());
-        signal_value(handle).fetch_add(delta, Ordering::AcqRel);
-        raise_interrupt(emu, handle);
-    }
+        device_update(emu, handle, |v| {
+            v.fetch_add(delta, Ordering::AcqRel);
+        })
+    };
 }
 
 fn ring_packet(q: &HwQueue, index: u64) -> usize {
@@ -758,11 +783,7 @@ impl CpThread {
         };
         if sig != 0 {
             // SAFETY: ROCr's queue_inactive_signal is a live signal for the queue's lifetime.
-            unsafe {
-                note_ring(self.emu, sig, crate::clock::now_ns());
-                signal_value(sig).store(code, Ordering::Release);
-                raise_interrupt(self.emu, sig);
-            }
+            unsafe { device_update(self.emu, sig, |v| v.store(code, Ordering::Release)) };
         }
     }
 
