@@ -32,7 +32,7 @@ const RECORD_PUSH_PACE: Pace = Pace::new(15, Duration::from_micros(100));
 const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
 /// signal, not only the oldest [`SCAN_WINDOW`].
-const FULL_SCAN_EVERY: u32 = 16;
+const FULL_SCAN_EVERY: u64 = 16;
 /// An ordinary pass stops after this many unfinished signals in a row:
 /// dispatches finish roughly in submission order (in order within a
 /// queue), so what follows a run of unfinished ones is unfinished too,
@@ -155,7 +155,9 @@ impl<S: DispatchSignal> Engine<S> {
         // every unfinished entry after each pass).
         let mut tracked: VecDeque<InFlight<S>> =
             VecDeque::with_capacity(self.options.max_in_flight.max(1));
-        let mut pass = 0u32;
+        // Published after every pass (`completion_passes`) for interceptors
+        // waiting for ring space; it goes on from the published count.
+        let mut pass = self.completion_passes.load(Ordering::Relaxed);
         let mut serializer = Serializer::default();
         let mut idle = Idle {
             backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
@@ -167,11 +169,8 @@ impl<S: DispatchSignal> Engine<S> {
             self.take_published(&mut tracked);
             let copies_done = self.poll_copies(backend, &mut copies);
             let scan = self.scan(backend, &mut tracked, pass);
-            pass = pass.wrapping_add(1);
-            self.completion_passes.store(
-                self.completion_passes.load(Ordering::Relaxed) + 1,
-                Ordering::Release,
-            );
+            pass += 1;
+            self.completion_passes.store(pass, Ordering::Release);
             self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
             let dropped = if scan.full {
                 self.drop_destroyed(&mut tracked, &mut serializer)
@@ -235,7 +234,7 @@ impl<S: DispatchSignal> Engine<S> {
         &self,
         backend: &dyn CompletionBackend,
         tracked: &mut VecDeque<InFlight<S>>,
-        pass: u32,
+        pass: u64,
     ) -> Scan {
         let waited_for = self.options.serialize || self.options.host_forwarding;
         let full = waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);

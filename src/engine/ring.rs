@@ -18,6 +18,7 @@ use std::time::Instant;
 use rprof_abi::packet::RawPacket;
 
 use super::{DispatchSignal, Engine, QueueContext, INTERCEPTOR_PACE, RING_STALL};
+use crate::wait::Wait;
 
 /// Looks an interceptor takes at a full ring, after the last slot came back,
 /// before a [`RING_STALL`] counts (64 yields, then 50 µs naps: about 10 ms).
@@ -27,7 +28,6 @@ const STALL_ROUNDS: u32 = 256;
 /// a [`RING_STALL`] counts (an interceptor that waits wakes it every 16th
 /// round, so a running completion thread makes these in milliseconds).
 const STALL_PASSES: u64 = 64;
-use crate::wait::Wait;
 
 /// Slots `packets` take in the hardware ring once the runtime's intercept
 /// queue has submitted them (intercept markers take none).
