@@ -15,8 +15,9 @@ use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 use super::{
-    boottime_ns, current_thread_id, push_bounded, DispatchSignal, Engine, GateState, IdRange,
-    InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE, RUNNING,
+    boottime_ns, current_thread_id, push_bounded, CallSummary, DispatchSignal, Engine, GateState,
+    IdRange, InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE,
+    RUNNING,
 };
 use crate::record::{DispatchRecord, InterceptRecord, Record};
 use crate::wait::Wait;
@@ -220,7 +221,7 @@ impl<S: DispatchSignal> Engine<S> {
             .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
         write(&batch.packets);
         let end_ns = boottime_ns();
-        self.record_call(&caller, &batch, ids, packets.len(), end_ns);
+        self.record_call(&caller, &mut batch, ids, packets.len(), end_ns);
         self.publish(queue, &mut batch);
         drop(call);
         if shape.large {
@@ -274,12 +275,14 @@ impl<S: DispatchSignal> Engine<S> {
         });
     }
 
-    /// Counts the batch's untraced kernels as lost and hands the call's
-    /// [`InterceptRecord`] to the writer.
+    /// Counts the batch's untraced kernels as lost and records the call:
+    /// its [`InterceptRecord`] rides with the batch's first traced dispatch
+    /// (the completion thread hands it to the writer), or goes to the
+    /// writer from here when no dispatch of the call is traced.
     fn record_call(
         &self,
         caller: &Caller<'_>,
-        batch: &PacketBatch<S>,
+        batch: &mut PacketBatch<S>,
         ids: IdRange,
         packets: usize,
         end_ns: u64,
@@ -287,11 +290,7 @@ impl<S: DispatchSignal> Engine<S> {
         if batch.untraced > 0 {
             self.count_lost(u64::from(batch.untraced));
         }
-        self.push_record(Record::Intercept(InterceptRecord {
-            thread_id: caller.thread_id,
-            queue_id: caller.queue.queue_id,
-            agent_index: caller.queue.agent_index,
-            begin_ns: caller.enqueue_ns,
+        let call = CallSummary {
             end_ns,
             first_correlation_id: if ids.is_empty() {
                 0
@@ -300,6 +299,20 @@ impl<S: DispatchSignal> Engine<S> {
             },
             dispatch_count: ids.len() as u32,
             packet_count: packets as u32,
+        };
+        if let Some(first) = batch.dispatches.first_mut() {
+            first.call = Some(call);
+            return;
+        }
+        self.push_record(Record::Intercept(InterceptRecord {
+            thread_id: caller.thread_id,
+            queue_id: caller.queue.queue_id,
+            agent_index: caller.queue.agent_index,
+            begin_ns: caller.enqueue_ns,
+            end_ns,
+            first_correlation_id: call.first_correlation_id,
+            dispatch_count: call.dispatch_count,
+            packet_count: call.packet_count,
         }));
     }
 
@@ -312,7 +325,12 @@ impl<S: DispatchSignal> Engine<S> {
                 self.completion_wake.notify()
             }) {
                 // Cannot track it: its signal is gone with it, and nobody
-                // will ever complete its record.
+                // will ever complete its record. The call's record it
+                // carries still goes to the writer.
+                let mut b = b;
+                if let Some(call) = b.take_call_record() {
+                    self.push_record(Record::Intercept(call));
+                }
                 queue.in_flight.fetch_sub(1, Ordering::AcqRel);
                 queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -421,6 +439,7 @@ impl<S: DispatchSignal> Engine<S> {
                 host_forward: if forwarded { 0 } else { p.completion_signal() },
                 serial,
                 recorded: true,
+                call: None,
             });
         }
         ids

@@ -214,10 +214,20 @@ impl<S: DispatchSignal> Engine<S> {
         };
         for _ in 0..take {
             match self.pending.pop() {
-                Some(e) => tracked.push_back(e),
+                Some(e) => self.track(tracked, e),
                 None => break,
             }
         }
+    }
+
+    /// Tracks a published entry; the interceptor call's record it carries
+    /// (on a call's first traced dispatch) goes to the writer now, before
+    /// any dispatch record of the call.
+    fn track(&self, tracked: &mut VecDeque<InFlight<S>>, mut entry: InFlight<S>) {
+        if let Some(call) = entry.take_call_record() {
+            self.push_record(Record::Intercept(call));
+        }
+        tracked.push_back(entry);
     }
 
     /// Finds the finished dispatches and moves them to the front.
@@ -330,7 +340,7 @@ impl<S: DispatchSignal> Engine<S> {
         }
         // Everything published so far, including the newest entry.
         while let Some(e) = self.pending.pop() {
-            tracked.push_back(e);
+            self.track(tracked, e);
         }
         // Recorded dispatches still running will not be waited for: counted
         // lost. With the guard kept after the stop they stay tracked

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::record::DispatchRecord;
+use crate::record::{DispatchRecord, InterceptRecord};
 
 /// One traced queue, shared by the interceptor and the in-flight entries of
 /// its dispatches.
@@ -115,9 +115,44 @@ pub struct InFlight<S> {
     /// ring guard keeps working (see [`Engine::keep_guard_after_stop`](super::Engine::keep_guard_after_stop));
     /// they produce no record and are not counted in [`Engine::in_flight`](super::Engine::in_flight).
     pub recorded: bool,
+    /// On the first traced dispatch of an interceptor call: the rest of the
+    /// call's [`InterceptRecord`]. The completion thread hands that record
+    /// to the writer when it takes the entry, so that the app's thread
+    /// pushes one item per dispatch instead of two.
+    pub call: Option<CallSummary>,
+}
+
+/// What an [`InterceptRecord`] holds beyond its first dispatch's record
+/// (thread, queue, agent and entry time are the dispatch's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSummary {
+    /// Return from the interceptor.
+    pub end_ns: u64,
+    /// Correlation id of the call's first kernel (traced or not).
+    pub first_correlation_id: u64,
+    /// Kernel dispatches in the call.
+    pub dispatch_count: u32,
+    /// Packets of any type in the call.
+    pub packet_count: u32,
 }
 
 impl<S> InFlight<S> {
+    /// The record of the interceptor call this entry carries, taken once
+    /// (`None` for every other entry).
+    pub fn take_call_record(&mut self) -> Option<InterceptRecord> {
+        let call = self.call.take()?;
+        Some(InterceptRecord {
+            thread_id: self.record.thread_id,
+            queue_id: self.record.queue_id,
+            agent_index: self.record.agent_index,
+            begin_ns: self.record.enqueue_ns,
+            end_ns: call.end_ns,
+            first_correlation_id: call.first_correlation_id,
+            dispatch_count: call.dispatch_count,
+            packet_count: call.packet_count,
+        })
+    }
+
     /// Ring slots this dispatch holds until it completes.
     pub fn slots(&self) -> u64 {
         1 + u64::from(self.forwarded) + if self.serial.is_some() { 2 } else { 0 }

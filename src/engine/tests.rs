@@ -748,6 +748,36 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
     drop(held);
 }
 
+/// A call whose dispatch cannot be handed to the completion thread (the
+/// hand-off queue stayed full for `pool_wait`) loses the dispatch, counted,
+/// but not the call: its interceptor record, which rides with the call's
+/// first dispatch, goes to the writer from the app's thread.
+#[test]
+fn a_dispatch_the_completion_thread_never_takes_keeps_its_call_record() {
+    let engine: Engine<FakeSignal> = Engine::new(EngineOptions {
+        pid: 1,
+        max_in_flight: 4,
+        handoff_queue: 1,
+        max_copies_in_flight: 4,
+        record_queue: 16,
+        pool_wait: Duration::from_millis(30),
+        min_backoff: Duration::from_micros(100),
+        max_backoff: Duration::from_millis(1),
+        serialize: false,
+        host_forwarding: false,
+    });
+    let pool = FakePool::new(Signals::new(), 4);
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    // No completion thread: the first dispatch fills the hand-off queue.
+    engine.intercept(&q, &[kernel_packet(1, 0)], &pool, |_| {});
+    assert_eq!(engine.records_queued(), 0);
+    let t0 = Instant::now();
+    engine.intercept(&q, &[kernel_packet(1, 0)], &pool, |_| {});
+    assert!(t0.elapsed() >= Duration::from_millis(30));
+    assert_eq!(engine.counters().lost.load(Ordering::SeqCst), 1);
+    assert_eq!(engine.records_queued(), 1);
+}
+
 /// The one packet the device ring may hold beyond a queue's slot limit: the
 /// guard frees a kernel's forwarding barrier with the kernel, when the
 /// completion thread sees the kernel's signal, but the device may not have
