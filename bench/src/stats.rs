@@ -15,6 +15,23 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// A distribution-free 95 % confidence interval of the median of `v`: the
+/// order statistics `n/2 ± 0.98·√n` (the normal approximation of the
+/// binomial count of values below the median). `(NaN, NaN)` below 6 values,
+/// where the interval would be the whole range.
+pub fn median_ci95(v: &[f64]) -> (f64, f64) {
+    let n = v.len();
+    if n < 6 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let half = 0.98 * (n as f64).sqrt();
+    let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
+    let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
+    (v[lo], v[hi])
+}
+
 /// `f` of every run.
 pub fn series(rs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> Vec<f64> {
     rs.iter().map(f).collect()
@@ -57,6 +74,16 @@ pub fn rss_delta_mib(untraced: &[RunResult], traced: &[RunResult]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_interval_is_the_order_statistics_around_the_middle() {
+        let v: Vec<f64> = (0..100).rev().map(f64::from).collect();
+        // 50 ± 0.98 * 10: ranks 40 and 60.
+        assert_eq!(median_ci95(&v), (40.0, 60.0));
+        let (lo, hi) = median_ci95(&[1.0; 5]);
+        assert!(lo.is_nan() && hi.is_nan());
+        assert_eq!(median_ci95(&[5.0, 1.0, 4.0, 2.0, 3.0, 6.0]), (1.0, 6.0));
+    }
 
     #[test]
     fn medians_ranges_and_missing_figures() {
