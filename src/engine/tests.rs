@@ -717,14 +717,14 @@ fn clamping() {
     assert_eq!(clamp_times(10, 100, None), ((10, 100), true, true));
 }
 
-#[test]
-fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
-    // A pool nobody refills: dispatches wait `pool_wait`, then go untraced
-    // and are counted as lost; the app is never stuck.
-    let engine: Engine<FakeSignal> = Engine::new(EngineOptions {
+/// An engine with no completion or writer thread, room for 4 dispatches
+/// and `handoff_queue` hand-offs, whose interceptor waits 30 ms for a
+/// signal or a hand-off before giving up.
+fn engine_waiting_30_ms(handoff_queue: usize) -> Engine<FakeSignal> {
+    Engine::new(EngineOptions {
         pid: 1,
         max_in_flight: 4,
-        handoff_queue: 4,
+        handoff_queue,
         max_copies_in_flight: 4,
         record_queue: 16,
         pool_wait: Duration::from_millis(30),
@@ -732,7 +732,14 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
         max_backoff: Duration::from_millis(1),
         serialize: false,
         host_forwarding: false,
-    });
+    })
+}
+
+#[test]
+fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
+    // A pool nobody refills: dispatches wait `pool_wait`, then go untraced
+    // and are counted as lost; the app is never stuck.
+    let engine = engine_waiting_30_ms(4);
     let signals = Signals::new();
     let pool = FakePool::new(signals, 1);
     let held = pool.try_acquire().unwrap();
@@ -754,18 +761,7 @@ fn an_exhausted_pool_passes_dispatches_through_after_the_wait() {
 /// first dispatch, goes to the writer from the app's thread.
 #[test]
 fn a_dispatch_the_completion_thread_never_takes_keeps_its_call_record() {
-    let engine: Engine<FakeSignal> = Engine::new(EngineOptions {
-        pid: 1,
-        max_in_flight: 4,
-        handoff_queue: 1,
-        max_copies_in_flight: 4,
-        record_queue: 16,
-        pool_wait: Duration::from_millis(30),
-        min_backoff: Duration::from_micros(100),
-        max_backoff: Duration::from_millis(1),
-        serialize: false,
-        host_forwarding: false,
-    });
+    let engine = engine_waiting_30_ms(1);
     let pool = FakePool::new(Signals::new(), 4);
     let q = Arc::new(QueueContext::new(1, 0, 0));
     // No completion thread: the first dispatch fills the hand-off queue.
