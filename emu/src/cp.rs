@@ -790,12 +790,12 @@ impl CpThread {
     /// Launches / retires packets of one queue; returns whether anything happened.
     fn process_queue(&mut self, q: &mut HwQueue) -> bool {
         let mut progress = false;
-        let doorbell = &self.cp.doorbells.slots[q.doorbell_slot];
         if let Some(state) = q.sdma.as_mut() {
             if q.suspended {
                 return false;
             }
-            let db = doorbell.load(Ordering::Acquire);
+            // SDMA rings stop at the doorbell's value (a byte offset); AQL queues below go by headers.
+            let db = self.cp.doorbells.slots[q.doorbell_slot].load(Ordering::Acquire);
             // SAFETY: the queue is registered (queue lock held), so its ring is live for `ring_bytes`.
             return unsafe { crate::sdma::run_queue(self.emu, q.ring, state, db) };
         }

@@ -19,7 +19,7 @@ use super::{
     IdRange, InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE,
     RUNNING,
 };
-use crate::record::{DispatchRecord, InterceptRecord, Record};
+use crate::record::{DispatchRecord, Record};
 use crate::wait::Wait;
 
 /// Inline capacity of a batch's packet list (a kernel and its forwarding
@@ -276,7 +276,7 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     /// Counts the batch's untraced kernels as lost and records the call:
-    /// its [`InterceptRecord`] rides with the batch's first traced dispatch
+    /// its [`InterceptRecord`](crate::record::InterceptRecord) rides with the batch's first traced dispatch
     /// (the completion thread hands it to the writer), or goes to the
     /// writer from here when no dispatch of the call is traced.
     fn record_call(
@@ -304,16 +304,12 @@ impl<S: DispatchSignal> Engine<S> {
             first.call = Some(call);
             return;
         }
-        self.push_record(Record::Intercept(InterceptRecord {
-            thread_id: caller.thread_id,
-            queue_id: caller.queue.queue_id,
-            agent_index: caller.queue.agent_index,
-            begin_ns: caller.enqueue_ns,
-            end_ns,
-            first_correlation_id: call.first_correlation_id,
-            dispatch_count: call.dispatch_count,
-            packet_count: call.packet_count,
-        }));
+        self.push_record(Record::Intercept(call.record(
+            caller.thread_id,
+            caller.queue.queue_id,
+            caller.queue.agent_index,
+            caller.enqueue_ns,
+        )));
     }
 
     /// Hands the batch's dispatches to the completion thread.
@@ -321,13 +317,12 @@ impl<S: DispatchSignal> Engine<S> {
         for entry in batch.dispatches.drain(..) {
             // The completion thread empties the hand-off queue on every
             // poll; when it is full, wake it and wait for room (bounded).
-            if let Err(b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
+            if let Err(mut b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
                 self.completion_wake.notify()
             }) {
                 // Cannot track it: its signal is gone with it, and nobody
                 // will ever complete its record. The call's record it
                 // carries still goes to the writer.
-                let mut b = b;
                 if let Some(call) = b.take_call_record() {
                     self.push_record(Record::Intercept(call));
                 }

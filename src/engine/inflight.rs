@@ -136,21 +136,36 @@ pub struct CallSummary {
     pub packet_count: u32,
 }
 
+impl CallSummary {
+    /// The call's record, given the calling thread, the queue and agent it
+    /// wrote to, and when it began.
+    pub fn record(
+        &self,
+        thread_id: u32,
+        queue_id: u64,
+        agent_index: u32,
+        begin_ns: u64,
+    ) -> InterceptRecord {
+        InterceptRecord {
+            thread_id,
+            queue_id,
+            agent_index,
+            begin_ns,
+            end_ns: self.end_ns,
+            first_correlation_id: self.first_correlation_id,
+            dispatch_count: self.dispatch_count,
+            packet_count: self.packet_count,
+        }
+    }
+}
+
 impl<S> InFlight<S> {
     /// The record of the interceptor call this entry carries, taken once
     /// (`None` for every other entry).
     pub fn take_call_record(&mut self) -> Option<InterceptRecord> {
+        let r = &self.record;
         let call = self.call.take()?;
-        Some(InterceptRecord {
-            thread_id: self.record.thread_id,
-            queue_id: self.record.queue_id,
-            agent_index: self.record.agent_index,
-            begin_ns: self.record.enqueue_ns,
-            end_ns: call.end_ns,
-            first_correlation_id: call.first_correlation_id,
-            dispatch_count: call.dispatch_count,
-            packet_count: call.packet_count,
-        })
+        Some(call.record(r.thread_id, r.queue_id, r.agent_index, r.enqueue_ns))
     }
 
     /// Ring slots this dispatch holds until it completes.
