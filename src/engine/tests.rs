@@ -1866,8 +1866,10 @@ impl RecordSink for FlushCounter {
     }
 }
 
-#[test]
-fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
+/// Runs a writer over a [`FlushCounter`], idle for `idle_first`, then
+/// pushes 10 dispatches and waits a flush period and a margin; returns
+/// the dispatch counts each flush saw.
+fn flushes_after_records_arrive(idle_first: Duration) -> Vec<u64> {
     let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
     let state = Arc::new(Mutex::new((0u64, Vec::new())));
     let (e, st) = (engine.clone(), state.clone());
@@ -1875,6 +1877,7 @@ fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(FlushCounter(st))];
         e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
     });
+    std::thread::sleep(idle_first);
     // Records arrive, then nothing for a while: the process is killed
     // later without a finish; they must be flushed meanwhile.
     for i in 0..10u64 {
@@ -1886,10 +1889,25 @@ fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
         engine.records.push(Record::Dispatch(rec)).unwrap();
     }
     std::thread::sleep(writer::FLUSH_EVERY + Duration::from_millis(150));
-    let flushed_with_all = state.lock().unwrap().1.contains(&10);
+    let flushes = state.lock().unwrap().1.clone();
     engine.stop_writer();
     writer.join().unwrap();
-    assert!(flushed_with_all, "flushes: {:?}", state.lock().unwrap().1);
+    flushes
+}
+
+#[test]
+fn the_writer_flushes_the_sinks_within_100_ms_of_records_arriving() {
+    let flushes = flushes_after_records_arrive(Duration::ZERO);
+    assert!(flushes.contains(&10), "flushes: {flushes:?}");
+}
+
+#[test]
+fn records_after_a_long_idle_spell_are_flushed_as_soon() {
+    // Half a second with nothing to write: the idle writer's sleep has
+    // grown to its longest, and must still be short enough for the
+    // flush promise.
+    let flushes = flushes_after_records_arrive(Duration::from_millis(500));
+    assert!(flushes.contains(&10), "flushes: {flushes:?}");
 }
 
 struct NullSink;

@@ -14,8 +14,16 @@ use crate::sink::{KernelInfo, RecordSink};
 use crate::wait::SleepKind;
 
 /// How long an idle writer sleeps before looking again (it is woken early
-/// when the record queue fills up).
+/// when the record queue fills up): after a wake that found records.
 const WRITER_IDLE: Duration = Duration::from_millis(2);
+
+/// The longest idle sleep: each wake that finds nothing doubles the next
+/// sleep up to this, so a writer with nothing to do (the app starting up,
+/// between phases) wakes about 16 times a second, not 500.
+const WRITER_IDLE_MAX: Duration = Duration::from_millis(64);
+
+// Records that reach an idle writer are still on disk within FLUSH_EVERY.
+const _: () = assert!(WRITER_IDLE_MAX.as_millis() < FLUSH_EVERY.as_millis());
 
 /// Longest time records handed to the sinks stay in their buffers.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -172,6 +180,7 @@ impl<S: DispatchSignal> Engine<S> {
         let mut dirty = false;
         let mut last_flush = Instant::now();
         let sleeper = self.writer_wake.sleeper();
+        let mut idle = WRITER_IDLE;
         loop {
             let got = self.drain_records(&mut sinks, names, &mut tally);
             // Periodic flush: what reached the sinks is on disk within
@@ -183,15 +192,24 @@ impl<S: DispatchSignal> Engine<S> {
                 last_flush = Instant::now();
             }
             if got {
+                idle = WRITER_IDLE;
                 continue;
             }
             if self.state.load(Ordering::Acquire) >= STOP_WRITER && self.records.is_empty() {
                 break;
             }
-            sleeper.sleep(SleepKind::Parked, WRITER_IDLE, || {
+            // Unflushed records are flushed when due, however long the
+            // idle sleep has grown.
+            let nap = if dirty {
+                idle.min(FLUSH_EVERY.saturating_sub(last_flush.elapsed()))
+            } else {
+                idle
+            };
+            sleeper.sleep(SleepKind::Parked, nap, || {
                 self.records.len() * 2 >= self.records.capacity()
                     || self.state.load(Ordering::Acquire) >= STOP_WRITER
             });
+            idle = (idle * 2).min(WRITER_IDLE_MAX);
         }
         // Finishing the outputs counts as progress for the flush's join.
         self.writer_progress.fetch_add(1, Ordering::Release);

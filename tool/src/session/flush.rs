@@ -29,6 +29,15 @@ const GUARD_DRAIN: Duration = Duration::from_secs(1);
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);
 
+/// Where a flush's time went, for the verbose summary.
+#[derive(Clone, Copy)]
+struct FlushPhases {
+    /// Undelivered packets and dispatches still on the device.
+    device: Duration,
+    /// The completion thread settling and the writer finishing the outputs.
+    threads: Duration,
+}
+
 impl Session {
     /// Flushes the trace: waits (bounded) for dispatches on the device, lets
     /// the completion and writer threads finish, and closes the outputs.
@@ -65,8 +74,13 @@ impl Session {
         let left = self
             .engine
             .begin_shutdown(FLUSH_TIMEOUT.saturating_sub(t0.elapsed()));
+        let device_done = t0.elapsed();
         // `None`: no threads to stop; `Some(None)`: the writer is stuck.
         let stopped = self.stop_threads(at_exit);
+        let phases = FlushPhases {
+            device: device_done,
+            threads: t0.elapsed().saturating_sub(device_done),
+        };
         let writer_stuck = matches!(stopped, Some(None));
         let outcome = stopped.flatten();
         // Destroy the timestamp signals while the runtime is still up (no
@@ -81,7 +95,7 @@ impl Session {
         }
         self.report(outcome.as_ref(), writer_stuck);
         if let Some(o) = outcome {
-            self.summarise(&o, why, t0);
+            self.summarise(&o, why, t0, phases);
         }
     }
 
@@ -173,7 +187,7 @@ impl Session {
     }
 
     /// The records lost, and with `RPROF_VERBOSE` one summary line.
-    fn summarise(&self, o: &WriterOutcome, why: &str, t0: Instant) {
+    fn summarise(&self, o: &WriterOutcome, why: &str, t0: Instant, phases: FlushPhases) {
         let m = &o.metadata;
         if crate::roctx::recording() {
             let unpopped = rprof_core::marker::unpopped_ranges();
@@ -197,8 +211,10 @@ impl Session {
             super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?}: {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch",
+            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch",
             t0.elapsed(),
+            phases.device,
+            phases.threads,
             m.dispatches,
             m.filtered_out,
             m.records_lost,
