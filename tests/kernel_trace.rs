@@ -1531,3 +1531,30 @@ fn the_summary_alone_writes_no_trace_file() {
     );
     assert_eq!(output_files(&run.dir), Vec::<String>::new());
 }
+
+/// The completion thread is on the app's latency path (copies, forwarded
+/// signals, ring space): it keeps the app's priority, while the writer,
+/// which only writes files, runs at nice 10 (`docs/completion.md`).
+#[test]
+fn the_completion_thread_keeps_the_apps_priority_and_the_writer_yields() {
+    let run = run_rprof("priorities", &[], &["priorities"]);
+    run.assert_success();
+    let nice = |name: &str| -> i32 {
+        let line = format!("NICE {name} ");
+        let found: Vec<i32> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&line))
+            .map(|v| v.trim().parse().expect("a nice value"))
+            .collect();
+        assert_eq!(found.len(), 1, "{name}: {}", run.stdout);
+        found[0]
+    };
+    let app = nice("main");
+    // Thread names are cut to 15 bytes by the kernel.
+    assert_eq!(nice("rprof-completio"), app, "{}", run.stdout);
+    assert_eq!(nice("rprof-writer"), app + 10, "{}", run.stdout);
+    assert_eq!(run.launched().1, 3);
+    let (rows, _) = assert_whole_outputs(&run);
+    assert_eq!(rows.len(), 3);
+}

@@ -51,6 +51,7 @@
 #include <sys/wait.h>
 #include <sys/syscall.h>
 #include <string.h>
+#include <dirent.h>
 
 #include <atomic>
 #include <chrono>
@@ -454,6 +455,50 @@ static int events_mode(int n, int give_back, int queues, bool late) {
   return 0;
 }
 
+// The thread ids of this process (/proc/self/task).
+static std::vector<long> task_ids() {
+  std::vector<long> ids;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ids.push_back(atol(e->d_name));
+    }
+    closedir(d);
+  }
+  return ids;
+}
+
+// A thread's name (/proc/self/task/TID/comm), without the newline.
+static std::string task_name(long tid) {
+  char path[64], buf[64] = {0};
+  snprintf(path, sizeof path, "/proc/self/task/%ld/comm", tid);
+  if (FILE* f = fopen(path, "r")) {
+    if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+    fclose(f);
+  }
+  buf[strcspn(buf, "\n")] = 0;
+  return buf;
+}
+
+// A thread's nice value (field 19 of /proc/self/task/TID/stat, after the
+// parenthesised name, which may hold spaces).
+static int task_nice(long tid) {
+  char path[64], buf[512] = {0};
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 999;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')');
+  if (!p) return 999;
+  // After ") ": state is field 3, nice field 19.
+  int field = 2;
+  for (; *p && field < 19; p++) {
+    if (*p == ' ') field++;
+  }
+  return atoi(p);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s <code-object> threads|shared|exit [args]\n", argv[0]);
@@ -665,6 +710,29 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     raise(sig);
     for (;;) pause();
+  }
+  if (mode == "priorities") {
+    // After a few kernels (rprof's threads exist by then): the nice value
+    // of this thread and of every thread whose name starts with "rprof-".
+    hsa_queue_t* q = make_queue();
+    for (int i = 0; i < 3; i++) {
+      dispatch(q, g_kernels[i], 64, 64, hsa_signal_t{0});
+      g_count[i]++;
+    }
+    hsa_signal_t done;
+    CHECK(hsa_signal_create(1, 0, nullptr, &done));
+    barrier(q, done);
+    wait_zero(done);
+    printf("NICE main %d\n", task_nice(syscall(SYS_gettid)));
+    for (long tid : task_ids()) {
+      std::string name = task_name(tid);
+      if (name.rfind("rprof-", 0) == 0) printf("NICE %s %d\n", name.c_str(), task_nice(tid));
+    }
+    report();
+    CHECK(hsa_signal_destroy(done));
+    CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+    return 0;
   }
   if (mode == "exit") {
     int n = argc > 3 ? atoi(argv[3]) : 500;

@@ -1,5 +1,6 @@
-//! rprof's two background threads: the engine's completion thread and its
-//! writer thread, spawned at `OnLoad` at a lower priority than the app's.
+//! rprof's two background threads: the engine's completion thread, at the
+//! app's priority, and its writer thread, at a lower one, spawned at
+//! `OnLoad`.
 //!
 //! Owns spawning them, their names and priority, and what a panic in one of
 //! them degrades to; must not hold tracing logic (that is
@@ -20,14 +21,21 @@ use crate::signals::{PooledSignal, RocrBackend};
 /// The completion and writer threads.
 pub(super) type Threads = (JoinHandle<()>, JoinHandle<WriterOutcome>);
 
-/// Nice value of rprof's own threads.
+/// Nice value of rprof's writer thread.
 const BACKGROUND_NICE: libc::c_int = 10;
 
 /// Lowers the calling thread's scheduling priority: where cores are scarce,
-/// rprof's completion and writer threads give way to the application (and,
-/// on the emulated GPU, to the command processor). Nothing they do is
-/// time-critical: timestamps come from the signals, and an interceptor that
-/// waits for them wakes them explicitly.
+/// rprof's writer gives way to the application (and, on the emulated GPU,
+/// to the command processor). Nothing it does is time-critical: it only
+/// turns finished records into files.
+///
+/// The completion thread keeps the app's priority: the app waits for it
+/// wherever rprof stands between a completion and the app (a memory copy's
+/// signal, a host-forwarded signal, a serialized kernel's grant, ring
+/// space). At nice 10 it waited behind the app's own spinning threads for
+/// milliseconds there: ROCr 6.4.3's HIP graph storm took 1.154x the
+/// untraced run with it at nice 10 and 1.090x at the app's priority (30
+/// pairs each, `docs/performance.md`), with no change on 5.2 and 6.1.
 fn yield_to_the_app() {
     // SAFETY: gettid and setpriority on the calling thread only; failure
     // (e.g. a sandbox forbidding it) leaves the default priority.
@@ -101,7 +109,6 @@ pub(super) fn start(
     let completion = std::thread::Builder::new()
         .name("rprof-completion".into())
         .spawn(move || {
-            yield_to_the_app();
             guarded(
                 "the completion thread",
                 // Nobody completes dispatches any more: trace nothing new,
