@@ -32,8 +32,8 @@ const BACKGROUND_NICE: libc::c_int = 10;
 /// The completion thread keeps the app's priority: the app waits for it
 /// wherever rprof stands between a completion and the app (a memory copy's
 /// signal, a host-forwarded signal, a serialized kernel's grant, ring
-/// space). At nice 10 it waited behind the app's own spinning threads for
-/// milliseconds there: ROCr 6.4.3's HIP graph storm took 1.154x the
+/// space). At nice 10 it gave way, where cores are scarce, to the very
+/// threads waiting for it: ROCr 6.4.3's HIP graph storm took 1.154x the
 /// untraced run with it at nice 10 and 1.090x at the app's priority (30
 /// pairs each, `docs/performance.md`), with no change on 5.2 and 6.1.
 fn yield_to_the_app() {
