@@ -1533,27 +1533,44 @@ fn the_summary_alone_writes_no_trace_file() {
 }
 
 /// The completion thread is on the app's latency path (copies, forwarded
-/// signals, ring space): it keeps the app's priority, while the writer,
+/// signals, ring space): it keeps the app's share of the CPU (nice 0) but,
+/// as `SCHED_BATCH`, does not preempt the app when it wakes; the writer,
 /// which only writes files, runs at nice 10 (`docs/completion.md`).
 #[test]
-fn the_completion_thread_keeps_the_apps_priority_and_the_writer_yields() {
+fn the_completion_thread_keeps_the_apps_share_and_the_writer_yields() {
+    const SCHED_OTHER: i32 = 0;
+    const SCHED_BATCH: i32 = 3;
     let run = run_rprof("priorities", &[], &["priorities"]);
     run.assert_success();
-    let nice = |name: &str| -> i32 {
-        let line = format!("NICE {name} ");
-        let found: Vec<i32> = run
+    let priority = |name: &str| -> (i32, i32) {
+        let prefix = format!("PRIORITY {name} ");
+        let found: Vec<(i32, i32)> = run
             .stdout
             .lines()
-            .filter_map(|l| l.strip_prefix(&line))
-            .map(|v| v.trim().parse().expect("a nice value"))
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .map(|v| {
+                let mut it = v.split(' ').map(|x| x.trim().parse().expect("a number"));
+                (it.next().unwrap(), it.next().unwrap())
+            })
             .collect();
         assert_eq!(found.len(), 1, "{name}: {}", run.stdout);
         found[0]
     };
-    let app = nice("main");
+    let (app_nice, app_policy) = priority("main");
+    assert_eq!(app_policy, SCHED_OTHER, "{}", run.stdout);
     // Thread names are cut to 15 bytes by the kernel.
-    assert_eq!(nice("rprof-completio"), app, "{}", run.stdout);
-    assert_eq!(nice("rprof-writer"), app + 10, "{}", run.stdout);
+    assert_eq!(
+        priority("rprof-completio"),
+        (app_nice, SCHED_BATCH),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        priority("rprof-writer"),
+        (app_nice + 10, SCHED_OTHER),
+        "{}",
+        run.stdout
+    );
     assert_eq!(run.launched().1, 3);
     let (rows, _) = assert_whole_outputs(&run);
     assert_eq!(rows.len(), 3);

@@ -479,21 +479,21 @@ static std::string task_name(long tid) {
   return buf;
 }
 
-// A thread's nice value (field 19 of /proc/self/task/TID/stat, after the
-// parenthesised name, which may hold spaces).
-static int task_nice(long tid) {
-  char path[64], buf[512] = {0};
+// Field `n` (19: nice, 41: scheduling policy) of /proc/self/task/TID/stat,
+// counted after the parenthesised name, which may hold spaces.
+static int task_stat_field(long tid, int n) {
+  char path[64], buf[1024] = {0};
   snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
   FILE* f = fopen(path, "r");
   if (!f) return 999;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  size_t got = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
-  buf[n] = 0;
+  buf[got] = 0;
   const char* p = strrchr(buf, ')');
   if (!p) return 999;
-  // After ") ": state is field 3, nice field 19.
+  // After ") ": state is field 3.
   int field = 2;
-  for (; *p && field < 19; p++) {
+  for (; *p && field < n; p++) {
     if (*p == ' ') field++;
   }
   return atoi(p);
@@ -713,7 +713,8 @@ int main(int argc, char** argv) {
   }
   if (mode == "priorities") {
     // After a few kernels (rprof's threads exist by then): the nice value
-    // of this thread and of every thread whose name starts with "rprof-".
+    // and scheduling policy of this thread and of every thread whose name
+    // starts with "rprof-".
     hsa_queue_t* q = make_queue();
     for (int i = 0; i < 3; i++) {
       dispatch(q, g_kernels[i], 64, 64, hsa_signal_t{0});
@@ -723,10 +724,12 @@ int main(int argc, char** argv) {
     CHECK(hsa_signal_create(1, 0, nullptr, &done));
     barrier(q, done);
     wait_zero(done);
-    printf("NICE main %d\n", task_nice(syscall(SYS_gettid)));
+    long me = syscall(SYS_gettid);
+    printf("PRIORITY main %d %d\n", task_stat_field(me, 19), task_stat_field(me, 41));
     for (long tid : task_ids()) {
       std::string name = task_name(tid);
-      if (name.rfind("rprof-", 0) == 0) printf("NICE %s %d\n", name.c_str(), task_nice(tid));
+      if (name.rfind("rprof-", 0) == 0)
+        printf("PRIORITY %s %d %d\n", name.c_str(), task_stat_field(tid, 19), task_stat_field(tid, 41));
     }
     report();
     CHECK(hsa_signal_destroy(done));

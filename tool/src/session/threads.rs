@@ -1,6 +1,6 @@
-//! rprof's two background threads: the engine's completion thread, at the
-//! app's priority, and its writer thread, at a lower one, spawned at
-//! `OnLoad`.
+//! rprof's two background threads: the engine's completion thread, with
+//! the app's share of the CPU, and its writer thread, at a lower priority,
+//! spawned at `OnLoad`.
 //!
 //! Owns spawning them, their names and priority, and what a panic in one of
 //! them degrades to; must not hold tracing logic (that is
@@ -29,19 +29,34 @@ const BACKGROUND_NICE: libc::c_int = 10;
 /// to the command processor). Nothing it does is time-critical: it only
 /// turns finished records into files.
 ///
-/// The completion thread keeps the app's priority: the app waits for it
-/// wherever rprof stands between a completion and the app (a memory copy's
-/// signal, a host-forwarded signal, a serialized kernel's grant, ring
-/// space). At nice 10 it gave way, where cores are scarce, to the very
-/// threads waiting for it: ROCr 6.4.3's HIP graph storm took 1.154x the
-/// untraced run with it at nice 10 and 1.090x at the app's priority (30
-/// pairs each, `docs/performance.md`), with no change on 5.2 and 6.1.
+/// The completion thread keeps the app's share of the CPU instead
+/// ([`no_wakeup_preemption`]): the app waits for it wherever rprof stands
+/// between a completion and the app (a memory copy's signal, a
+/// host-forwarded signal, a serialized kernel's grant, ring space), and at
+/// nice 10 it gave way, where cores are scarce, to the very threads waiting
+/// for it (`docs/performance.md`, session 10).
 fn yield_to_the_app() {
     // SAFETY: gettid and setpriority on the calling thread only; failure
     // (e.g. a sandbox forbidding it) leaves the default priority.
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
+    }
+}
+
+/// Makes the calling thread `SCHED_BATCH`: the app's share of the CPU
+/// (nice 0), but a wake-up does not preempt the thread that runs. The
+/// completion thread wakes every few tens of microseconds while kernels
+/// finish; preempting the app (or, on the emulated GPU, the command
+/// processor) each time cost the 20 µs mix 2-3 % at plain nice 0, while
+/// nice 10 starved it where the app waits for it. A thread may always
+/// choose this policy; failure leaves the default.
+fn no_wakeup_preemption() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
+    // parameter block we own.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
     }
 }
 
@@ -109,6 +124,7 @@ pub(super) fn start(
     let completion = std::thread::Builder::new()
         .name("rprof-completion".into())
         .spawn(move || {
+            no_wakeup_preemption();
             guarded(
                 "the completion thread",
                 // Nobody completes dispatches any more: trace nothing new,
