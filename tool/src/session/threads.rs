@@ -44,13 +44,13 @@ fn yield_to_the_app() {
     }
 }
 
-/// Makes the calling thread `SCHED_BATCH`: the app's share of the CPU
-/// (nice 0), but a wake-up does not preempt the thread that runs. The
-/// completion thread wakes every few tens of microseconds while kernels
-/// finish; preempting the app (or, on the emulated GPU, the command
-/// processor) each time cost the 20 µs mix 2-3 % at plain nice 0, while
-/// nice 10 starved it where the app waits for it. A thread may always
-/// choose this policy; failure leaves the default.
+/// Makes the calling thread `SCHED_BATCH`: the app's share of the CPU (its
+/// nice value stays the app's), but a wake-up does not preempt the thread
+/// that runs. The completion thread wakes every few tens of microseconds
+/// while kernels finish; preempting the app (or, on the emulated GPU, the
+/// command processor) each time cost the 20 µs mix 2-3 % at the plain
+/// policy, while nice 10 kept it waiting where the app waits for it. A
+/// thread may always choose this policy; failure leaves the default.
 fn no_wakeup_preemption() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
