@@ -1533,7 +1533,7 @@ fn the_summary_alone_writes_no_trace_file() {
 }
 
 /// The completion thread is on the app's latency path (copies, forwarded
-/// signals, ring space): it keeps the app's share of the CPU (nice 0) but,
+/// signals, ring space): it keeps the app's share of the CPU (its nice value) but,
 /// as `SCHED_BATCH`, does not preempt the app when it wakes; the writer,
 /// which only writes files, runs at nice 10 (`docs/completion.md`).
 #[test]

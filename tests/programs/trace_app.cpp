@@ -716,14 +716,7 @@ int main(int argc, char** argv) {
     // and scheduling policy of this thread and of every thread whose name
     // starts with "rprof-".
     hsa_queue_t* q = make_queue();
-    for (int i = 0; i < 3; i++) {
-      dispatch(q, g_kernels[i], 64, 64, hsa_signal_t{0});
-      g_count[i]++;
-    }
-    hsa_signal_t done;
-    CHECK(hsa_signal_create(1, 0, nullptr, &done));
-    barrier(q, done);
-    wait_zero(done);
+    work(q, 3, 0);
     long me = syscall(SYS_gettid);
     printf("PRIORITY main %d %d\n", task_stat_field(me, 19), task_stat_field(me, 41));
     for (long tid : task_ids()) {
@@ -732,7 +725,6 @@ int main(int argc, char** argv) {
         printf("PRIORITY %s %d %d\n", name.c_str(), task_stat_field(tid, 19), task_stat_field(tid, 41));
     }
     report();
-    CHECK(hsa_signal_destroy(done));
     CHECK(hsa_queue_destroy(q));
     CHECK(hsa_shut_down());
     return 0;
