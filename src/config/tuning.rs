@@ -1,7 +1,7 @@
 //! The measurement and tuning knobs: how rprof traces (signal pool size,
 //! who forwards the app's completion signal, the completion thread's
 //! longest nap, pass-through mode, the verbose summary, the Perfetto
-//! encoding), never what it records.
+//! encoding, the interceptor's clock), never what it records.
 //!
 //! Owns their names, defaults, ranges and meaning, read with the rules of
 //! every other variable (`super::parse`); must not act on them (the tool
@@ -38,6 +38,11 @@ pub struct Tuning {
     /// `RPROF_PFTRACE_ENCODING=plain`: absolute timestamps, no compression
     /// (each packet readable on its own; about 6x larger).
     pub plain_pftrace: bool,
+    /// `RPROF_HOST_CLOCK=clock_gettime`: the interceptor reads
+    /// `clock_gettime` itself (`auto`, the default: the time-stamp counter
+    /// by a fitted line where the kernel keeps time by it; see
+    /// `rprof_abi::clock`).
+    pub clock_gettime_only: bool,
 }
 
 impl Default for Tuning {
@@ -49,6 +54,7 @@ impl Default for Tuning {
             verbose: false,
             passthrough: false,
             plain_pftrace: false,
+            clock_gettime_only: false,
         }
     }
 }
@@ -68,6 +74,8 @@ impl Tuning {
             verbose: parse_bool(env, "RPROF_VERBOSE")?,
             passthrough: parse_bool(env, "RPROF_INTERCEPT_PASSTHROUGH")?,
             plain_pftrace: parse_choice(env, "RPROF_PFTRACE_ENCODING", ["compact", "plain"])?
+                == Some(1),
+            clock_gettime_only: parse_choice(env, "RPROF_HOST_CLOCK", ["auto", "clock_gettime"])?
                 == Some(1),
         })
     }
@@ -89,6 +97,7 @@ mod tests {
         assert_eq!(d, Tuning::default());
         assert_eq!(d.pool_size, DEFAULT_POOL_SIZE);
         assert!(!d.host_forwarding && !d.verbose && !d.passthrough && !d.plain_pftrace);
+        assert!(!d.clock_gettime_only);
         assert_eq!(d.max_backoff, None);
         let t = tuning(&[
             ("RPROF_SIGNAL_POOL_SIZE", "64"),
@@ -97,19 +106,22 @@ mod tests {
             ("RPROF_VERBOSE", "1"),
             ("RPROF_INTERCEPT_PASSTHROUGH", "0"),
             ("RPROF_PFTRACE_ENCODING", "plain"),
+            ("RPROF_HOST_CLOCK", "clock_gettime"),
         ])
         .unwrap();
+        assert!(t.clock_gettime_only);
         assert_eq!(t.pool_size, 64);
         assert!(t.host_forwarding && t.verbose && !t.passthrough && t.plain_pftrace);
         assert_eq!(t.max_backoff, Some(Duration::from_micros(250)));
         let t = tuning(&[
             ("RPROF_FORWARD_APP_SIGNAL", "barrier"),
             ("RPROF_PFTRACE_ENCODING", "compact"),
+            ("RPROF_HOST_CLOCK", "auto"),
             ("RPROF_COMPLETION_MAX_BACKOFF_US", "100000"),
             ("RPROF_SIGNAL_POOL_SIZE", "1048576"),
         ])
         .unwrap();
-        assert!(!t.host_forwarding && !t.plain_pftrace);
+        assert!(!t.host_forwarding && !t.plain_pftrace && !t.clock_gettime_only);
         assert_eq!(t.pool_size, 1 << 20);
         assert_eq!(t.max_backoff, Some(Duration::from_millis(100)));
     }
@@ -127,6 +139,7 @@ mod tests {
             ("RPROF_VERBOSE", "loud", "true/false"),
             ("RPROF_INTERCEPT_PASSTHROUGH", "2", "yes/no"),
             ("RPROF_PFTRACE_ENCODING", "zip", "compact, plain"),
+            ("RPROF_HOST_CLOCK", "tsc", "auto, clock_gettime"),
         ] {
             let e = tuning(&[(k, v)]).unwrap_err();
             assert_eq!(e.variable, k);

@@ -166,6 +166,9 @@ impl<S: DispatchSignal> Engine<S> {
         let sleeper = self.completion_wake.sleeper();
         let mut copies = Vec::with_capacity(self.copies.capacity());
         loop {
+            // This thread runs while dispatches are in flight: it keeps the
+            // interceptor's fast clock fitted (a few loads when not due).
+            rprof_abi::clock::calibrate_fast_clock();
             self.take_published(&mut tracked);
             let copies_done = self.poll_copies(backend, &mut copies);
             let scan = self.scan(backend, &mut tracked, pass);

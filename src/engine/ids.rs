@@ -90,7 +90,7 @@ impl IdAllocator {
     }
 }
 
-pub use rprof_abi::clock::boottime_ns;
+pub use rprof_abi::clock::{boottime_ns, fast_boottime_ns};
 
 thread_local! {
     static THREAD_ID: Cell<u32> = const { Cell::new(0) };

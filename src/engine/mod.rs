@@ -82,7 +82,7 @@ use crossbeam_queue::ArrayQueue;
 
 pub use batch::{PacketBatch, BATCH_INLINE_DISPATCHES, BATCH_INLINE_PACKETS};
 pub use copies::CopyInFlight;
-pub use ids::{boottime_ns, current_thread_id, IdAllocator, IdRange};
+pub use ids::{boottime_ns, current_thread_id, fast_boottime_ns, IdAllocator, IdRange};
 pub use inflight::{CallSummary, GateState, InFlight, QueueContext, SerialGate};
 pub use ring::{hardware_ring_takes, hardware_slots};
 pub use rprof_abi::packet::RawPacket;

@@ -239,6 +239,9 @@ impl Session {
         agents: Vec<AgentInfo>,
     ) -> Result<&'static Session, String> {
         let kernels = Arc::new(KernelTable::new(NamePolicy::from_config(config)));
+        if !config.tuning.clock_gettime_only {
+            rprof_abi::clock::enable_fast_clock();
+        }
         let sinks = open_outputs(config)
             .map_err(|e| format!("cannot create the output files: {e}; {UNTRACED}"))?;
         let pool_size = pool_size(config);
