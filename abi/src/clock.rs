@@ -216,13 +216,13 @@ fn read_pair() -> Option<(u64, u64)> {
 }
 
 /// Fits the line [`fast_boottime_ns`] reads by, if the fast clock is enabled and the last fit is at least
-/// [`CALIBRATION_PERIOD_NS`] old; cheap otherwise (two loads and a counter read). Called by one thread that runs
+/// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (two loads and a counter read). Called by one thread that runs
 /// while dispatches are in flight (rprof's completion thread); a concurrent call returns at once.
 ///
 /// Each new line starts where the current one stands at the new pair's counter value, so readings stay
-/// continuous, and its slope is the measured one steered (by at most [`MAX_STEER`]) to meet the clock one
+/// continuous, and its slope is the measured one steered (by at most `MAX_STEER`, ~120 ppm) to meet the clock one
 /// period later: the line follows `CLOCK_BOOTTIME` as NTP slews it without ever stepping back. A gap beyond
-/// [`MAX_SMOOTH_ERROR_NS`] restarts the line at the clock.
+/// `MAX_SMOOTH_ERROR_NS` (20 µs) restarts the line at the clock.
 pub fn calibrate_fast_clock() {
     if !LINE.enabled.load(Ordering::Acquire) {
         return;

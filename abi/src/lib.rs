@@ -12,7 +12,9 @@
 //!   for the barrier packets rprof writes. Bit positions and widths come from the generated enums of `hsa-sys`;
 //!   byte offsets are checked against its generated structs (tests and `const` assertions).
 //! - [`clock`] reads the host clocks. [`clock::boottime_ns`] is the one time base: ROCr translates GPU ticks
-//!   into it, every rprof record uses it, and the emulated GPU's system clock is it.
+//!   into it, every rprof record uses it, and the emulated GPU's system clock is it. [`clock::fast_boottime_ns`]
+//!   reads the same clock for the interceptor by the CPU's time-stamp counter, along a line that
+//!   [`clock::calibrate_fast_clock`] keeps fitted.
 //!
 //! What this crate must not hold: generated bindings (they stay in `hsa-sys`, which this crate depends on for
 //! the struct types and constants), policy (how rprof builds a batch, how the emulator schedules a queue), or

@@ -15,9 +15,8 @@ use hsa_sys::HSA_FENCE_SCOPE_SYSTEM;
 use smallvec::SmallVec;
 
 use super::{
-    current_thread_id, fast_boottime_ns, push_bounded, CallSummary, DispatchSignal, Engine,
-    GateState, IdRange, InFlight, QueueContext, RawPacket, SerialGate, SignalSource,
-    INTERCEPTOR_PACE, RUNNING,
+    fast_boottime_ns, push_bounded, CallSummary, DispatchSignal, Engine, GateState, IdRange,
+    InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE, RUNNING,
 };
 use crate::record::{DispatchRecord, Record};
 use crate::wait::Wait;
@@ -192,7 +191,7 @@ impl<S: DispatchSignal> Engine<S> {
         // `clock_gettime` calls were a quarter of the interceptor's time.
         let caller = Caller {
             queue,
-            thread_id: current_thread_id(),
+            thread_id: queue.writer_thread_id(),
             enqueue_ns: fast_boottime_ns(),
         };
         let shape = BatchShape::of(packets.len(), kernels, self.options.serialize);

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::ids;
 use crate::record::{DispatchRecord, InterceptRecord};
 
 /// One traced queue, shared by the interceptor and the in-flight entries of
@@ -36,6 +37,8 @@ pub struct QueueContext {
     /// never waits: a call without room passes its packets through
     /// untraced (counted lost).
     pub(super) ring_wait_gave_up: AtomicBool,
+    /// The thread that wrote to the queue last ([`QueueContext::writer_thread_id`]).
+    last_writer: ids::LastWriter,
 }
 
 impl QueueContext {
@@ -50,7 +53,16 @@ impl QueueContext {
             slots: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             ring_wait_gave_up: AtomicBool::new(false),
+            last_writer: ids::LastWriter::default(),
         }
+    }
+
+    /// The calling thread's OS thread id, as [`current_thread_id`](super::current_thread_id), cached on the
+    /// queue for the thread that writes to it over and over (a thread-local lookup in a shared library is a
+    /// `__tls_get_addr` call per dispatch).
+    #[inline]
+    pub fn writer_thread_id(&self) -> u32 {
+        self.last_writer.thread_id()
     }
 
     /// Whether a wait for ring space on this queue ever gave up (the queue
