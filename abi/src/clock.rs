@@ -111,9 +111,10 @@ const CALIBRATION_PERIOD_NS: u64 = 10_000_000;
 /// A counter-and-clock pair whose two counter reads lie further apart than this many ticks was interrupted
 /// (preempted, or an interrupt came) and is read again.
 const PAIR_MAX_TICKS: u64 = 2_000;
-/// Largest gap between the line and the clock that a calibration absorbs smoothly (by steering the slope):
-/// beyond it (a suspend, a clock step, a stale line) the line restarts at the clock.
-const MAX_SMOOTH_ERROR_NS: i64 = 20_000;
+/// Largest gap between a fresh line and the clock that a calibration absorbs smoothly (by steering the slope);
+/// beyond it (a suspend, a clock step) the line restarts at the clock. Refitted every 10 ms, the gap is tens of
+/// nanoseconds.
+const MAX_SMOOTH_ERROR_NS: i64 = 2_000;
 /// Most the steered slope may differ from the measured one, in parts per 2^32 of it (about 120 ppm: 1.2 µs of
 /// gap closed per 10 ms period).
 const MAX_STEER: u64 = 1 << 19;
@@ -219,10 +220,10 @@ fn read_pair() -> Option<(u64, u64)> {
 /// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (two loads and a counter read). Called by one thread that runs
 /// while dispatches are in flight (rprof's completion thread); a concurrent call returns at once.
 ///
-/// Each new line starts where the current one stands at the new pair's counter value, so readings stay
+/// Each new line starts where the current (fresh) one stands at the new pair's counter value, so readings stay
 /// continuous, and its slope is the measured one steered (by at most `MAX_STEER`, ~120 ppm) to meet the clock one
 /// period later: the line follows `CLOCK_BOOTTIME` as NTP slews it without ever stepping back. A gap beyond
-/// `MAX_SMOOTH_ERROR_NS` (20 µs) restarts the line at the clock.
+/// `MAX_SMOOTH_ERROR_NS` (2 µs), or a stale line, restarts the line at the clock.
 pub fn calibrate_fast_clock() {
     if !LINE.enabled.load(Ordering::Acquire) {
         return;
@@ -286,7 +287,9 @@ fn fit(seq: u64) -> u64 {
         return unchanged;
     }
     let (mut base_ns, mut mult) = (now_ns, measured);
-    if seq != 0 {
+    // A stale line was not read (readers fell back to the clock itself): the new one starts at the clock.
+    let fresh = seq != 0 && now_tsc <= LINE.valid_until_tsc.load(Ordering::Relaxed);
+    if fresh {
         let current = on_line(
             now_tsc,
             LINE.base_tsc.load(Ordering::Relaxed),
@@ -396,5 +399,21 @@ mod tests {
             // 120 ms in 10 ms periods: a line every period after the first.
             assert!(lines >= 8, "{lines} lines");
         }
+        // Nobody calibrates for longer than a line lives: readings fall back to the clock itself, and the next
+        // calibration starts a line at the clock again.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert!(!fast_clock_active());
+        let (before, fast, after) = (boottime_ns(), fast_boottime_ns(), boottime_ns());
+        assert!(
+            before <= fast && fast <= after,
+            "{fast} not in [{before}, {after}]"
+        );
+        calibrate_fast_clock();
+        assert_eq!(fast_clock_active(), counter);
+        let (before, fast, after) = (boottime_ns(), fast_boottime_ns(), boottime_ns());
+        assert!(
+            fast + 2_000 >= before && fast <= after + 2_000,
+            "{fast} not within 2 us of [{before}, {after}]"
+        );
     }
 }
