@@ -1532,6 +1532,50 @@ fn the_summary_alone_writes_no_trace_file() {
     assert_eq!(output_files(&run.dir), Vec::<String>::new());
 }
 
+/// The interceptor's clock (the time-stamp counter along a fitted line where
+/// the kernel keeps time by it, `rprof_abi::clock`) agrees with the device's:
+/// no dispatch starts before its enqueue time, so none is clamped, and a run
+/// long enough for the completion thread to fit lines reads by them.
+#[test]
+fn the_interceptor_clock_agrees_with_the_device_clock() {
+    let run = run_traced(
+        "clock",
+        &["threads", "2", "1500"],
+        Load::ToolsLib,
+        &[("RPROF_VERBOSE", "1")],
+    );
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 3000);
+    let json = read_json(&run.output("_results.json"));
+    assert_eq!(json["metadata"]["start_clamped"], 0, "{}", run.stderr);
+    assert_eq!(json["metadata"]["end_clamped"], 0, "{}", run.stderr);
+    let dispatches = json["kernel_dispatches"].as_array().unwrap();
+    assert_eq!(dispatches.len(), 3000);
+    for d in dispatches {
+        let time = |k: &str| d[k].as_u64().unwrap();
+        assert!(
+            time("enqueue_ns") <= time("start_ns") && time("start_ns") <= time("end_ns"),
+            "{d}"
+        );
+    }
+    let clock = run
+        .stderr
+        .lines()
+        .find_map(|l| l.split("; interceptor clock: ").nth(1))
+        .unwrap_or_else(|| panic!("no verbose line: {}", run.stderr));
+    if rprof_abi::clock::tsc_keeps_time() {
+        let lines: u64 = clock
+            .strip_prefix("time-stamp counter, ")
+            .and_then(|c| c.strip_suffix(" lines fitted"))
+            .unwrap_or_else(|| panic!("{clock}"))
+            .parse()
+            .unwrap();
+        assert!(lines >= 1, "{clock}");
+    } else {
+        assert_eq!(clock, "clock_gettime");
+    }
+}
+
 /// The completion thread is on the app's latency path (copies, forwarded
 /// signals, ring space): it keeps the app's share of the CPU (its nice value) but,
 /// as `SCHED_BATCH`, does not preempt the app when it wakes; the writer,

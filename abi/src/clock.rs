@@ -140,6 +140,9 @@ struct FastLine {
     enabled: AtomicBool,
 }
 
+/// Lines fitted so far ([`fast_clock_lines`]).
+static LINES_FITTED: AtomicU64 = AtomicU64::new(0);
+
 static LINE: FastLine = FastLine {
     seq: AtomicU64::new(0),
     base_tsc: AtomicU64::new(0),
@@ -167,6 +170,11 @@ pub fn fast_clock_active() -> bool {
         now >= LINE.base_tsc.load(Ordering::Relaxed)
             && now <= LINE.valid_until_tsc.load(Ordering::Relaxed)
     }
+}
+
+/// How many lines [`calibrate_fast_clock`] has fitted in this process (for the verbose summary and tests).
+pub fn fast_clock_lines() -> u64 {
+    LINES_FITTED.load(Ordering::Relaxed)
 }
 
 /// Whether [`enable_fast_clock`] found that the counter keeps time (then [`fast_boottime_ns`] reads it whenever a
@@ -311,6 +319,7 @@ fn fit(seq: u64) -> u64 {
     LINE.mult.store(mult, Ordering::Relaxed);
     LINE.valid_until_tsc
         .store(now_tsc.saturating_add(lifetime_ticks), Ordering::Relaxed);
+    LINES_FITTED.fetch_add(1, Ordering::Relaxed);
     seq + 2
 }
 
@@ -398,6 +407,7 @@ mod tests {
         if counter {
             // 120 ms in 10 ms periods: a line every period after the first.
             assert!(lines >= 8, "{lines} lines");
+            assert!(fast_clock_lines() >= 8, "{} lines", fast_clock_lines());
         }
         // Nobody calibrates for longer than a line lives: readings fall back to the clock itself, and the next
         // calibration starts a line at the clock again.

@@ -211,7 +211,7 @@ impl Session {
             super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch; interceptor clock {}",
+            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch; interceptor clock: {}",
             t0.elapsed(),
             phases.device,
             phases.threads,
@@ -228,9 +228,12 @@ impl Session {
             per_dispatch(completion_cpu),
             per_dispatch(writer_cpu),
             if rprof_abi::clock::fast_clock_enabled() {
-                "time-stamp counter"
+                format!(
+                    "time-stamp counter, {} lines fitted",
+                    rprof_abi::clock::fast_clock_lines()
+                )
             } else {
-                "clock_gettime"
+                "clock_gettime".to_string()
             },
         );
     }
