@@ -10,7 +10,7 @@
 //! `clock_gettime` (~30 ns here, two calls per intercepted packet). Until that line exists, on other machines,
 //! and whenever the line is stale, it is [`boottime_ns`] itself.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A clock [`now_ns`] can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ fn tsc() -> u64 {
 /// `clock_gettime` (the calibrating thread parks when nothing is in flight): 50 ms. A slope fitted over 10 ms
 /// from pairs good to ~20 ns is good to a few ppm, a fraction of a microsecond over that time.
 const LINE_LIFETIME_NS: u64 = 50_000_000;
-/// Calibrations closer together than this fit no new line (too short a base for the slope).
+/// How often the line is refitted (and, halved, the shortest base its slope is measured over).
 const CALIBRATION_PERIOD_NS: u64 = 10_000_000;
 /// A counter-and-clock pair whose two counter reads lie further apart than this many ticks was interrupted
 /// (preempted, or an interrupt came) and is read again.
@@ -119,9 +119,15 @@ const MAX_SMOOTH_ERROR_NS: i64 = 2_000;
 /// gap closed per 10 ms period).
 const MAX_STEER: u64 = 1 << 19;
 
+/// Refits in a row that found a fresh line more than `MAX_SMOOTH_ERROR_NS` off the clock, after which the counter
+/// is not trusted any more and the fast clock turns itself off for the rest of the process (the kernel may have
+/// found the counter unstable and switched clocksource after rprof looked).
+const MAX_RESTARTS_IN_A_ROW: u32 = 3;
+
 /// The line [`fast_boottime_ns`] converts counter readings with, published by a sequence lock: `seq` is 0 until
-/// the first line exists and odd while one is being written; the other fields are read only between two equal
-/// even values of it.
+/// the first line exists and odd while one is being written; `base_tsc`, `base_ns`, `mult` and `valid_until_tsc`
+/// are read only between two equal even values of it. One process-wide instance ([`LINE`]); tests make their own
+/// and feed it made-up readings.
 struct FastLine {
     seq: AtomicU64,
     /// Counter value at the line's base.
@@ -130,29 +136,169 @@ struct FastLine {
     base_ns: AtomicU64,
     /// Slope: nanoseconds per tick, fixed point with 32 fraction bits.
     mult: AtomicU64,
-    /// Counter value past which the line is stale ([`LINE_LIFETIME_NS`]).
+    /// Counter value past which the line is stale ([`LINE_LIFETIME_NS`]); 0 once the fast clock turned itself off.
     valid_until_tsc: AtomicU64,
     /// The calibrator's own state, under its lock: the last pair it measured (counter, clock), 0 before the
-    /// first.
+    /// first, and how many refits in a row restarted a fresh line.
     anchor_tsc: AtomicU64,
     anchor_ns: AtomicU64,
-    /// Whether [`enable_fast_clock`] was called (and the counter keeps time).
+    restarts: AtomicU32,
+    /// Lines fitted so far.
+    lines: AtomicU64,
+    /// Whether [`enable_fast_clock`] was called (and the counter keeps time), and the counter has not been given
+    /// up since.
     enabled: AtomicBool,
 }
 
-/// Lines fitted so far ([`fast_clock_lines`]).
-static LINES_FITTED: AtomicU64 = AtomicU64::new(0);
+/// The process's line.
+static LINE: FastLine = FastLine::new();
 
-static LINE: FastLine = FastLine {
-    seq: AtomicU64::new(0),
-    base_tsc: AtomicU64::new(0),
-    base_ns: AtomicU64::new(0),
-    mult: AtomicU64::new(0),
-    valid_until_tsc: AtomicU64::new(0),
-    anchor_tsc: AtomicU64::new(0),
-    anchor_ns: AtomicU64::new(0),
-    enabled: AtomicBool::new(false),
-};
+impl FastLine {
+    const fn new() -> Self {
+        FastLine {
+            seq: AtomicU64::new(0),
+            base_tsc: AtomicU64::new(0),
+            base_ns: AtomicU64::new(0),
+            mult: AtomicU64::new(0),
+            valid_until_tsc: AtomicU64::new(0),
+            anchor_tsc: AtomicU64::new(0),
+            anchor_ns: AtomicU64::new(0),
+            restarts: AtomicU32::new(0),
+            lines: AtomicU64::new(0),
+            enabled: AtomicBool::new(false),
+        }
+    }
+
+    /// The clock at counter value `now` read along the line, or `None` (read the clock itself) when there is no
+    /// fresh line or one is being written. `now` must be read after `seq` (the caller passes a closure).
+    #[inline]
+    fn convert(&self, now: impl FnOnce() -> u64) -> Option<u64> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq == 0 || seq & 1 == 1 {
+            return None;
+        }
+        let base_tsc = self.base_tsc.load(Ordering::Relaxed);
+        let base_ns = self.base_ns.load(Ordering::Relaxed);
+        let mult = self.mult.load(Ordering::Relaxed);
+        let valid_until = self.valid_until_tsc.load(Ordering::Relaxed);
+        let now = now();
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) != seq || now < base_tsc || now > valid_until {
+            return None;
+        }
+        Some(on_line(now, base_tsc, base_ns, mult))
+    }
+
+    /// Whether a refit is due at counter value `now_tsc` / clock `now_ns` (lazily read: only the first line's
+    /// wait is timed by the clock).
+    fn due(&self, seq: u64, now_tsc: u64, now_ns: impl FnOnce() -> u64) -> bool {
+        let anchor_tsc = self.anchor_tsc.load(Ordering::Relaxed);
+        if anchor_tsc == 0 {
+            return true;
+        }
+        if seq == 0 {
+            return now_ns().saturating_sub(self.anchor_ns.load(Ordering::Relaxed))
+                >= CALIBRATION_PERIOD_NS;
+        }
+        let mult = self.mult.load(Ordering::Relaxed).max(1);
+        let period_ticks = (u128::from(CALIBRATION_PERIOD_NS) << 32) / u128::from(mult);
+        u128::from(now_tsc.wrapping_sub(anchor_tsc)) >= period_ticks
+    }
+
+    /// One calibration (see [`calibrate_fast_clock`]) with the counter value `now_tsc` for the due check and
+    /// `pair` to take a counter-and-clock pair.
+    fn calibrate(
+        &self,
+        now_tsc: u64,
+        now_ns: impl FnOnce() -> u64,
+        pair: impl FnOnce() -> Option<(u64, u64)>,
+    ) {
+        if !self.enabled.load(Ordering::Acquire) {
+            return;
+        }
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 == 1 || !self.due(seq, now_tsc, now_ns) {
+            return;
+        }
+        // The lock: odd while this call works.
+        if self
+            .seq
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let next = self.fit(seq, pair());
+        self.seq.store(next, Ordering::Release);
+    }
+
+    /// The fit itself, with the lock held (`seq` is the value before it), from the pair `(counter, clock)` just
+    /// read; returns the sequence value to publish (`seq + 2` after a new line, back to an even value without
+    /// one).
+    fn fit(&self, seq: u64, pair: Option<(u64, u64)>) -> u64 {
+        let unchanged = if seq == 0 { 0 } else { seq + 2 };
+        let Some((now_tsc, now_ns)) = pair else {
+            return unchanged;
+        };
+        let (anchor_tsc, anchor_ns) = (
+            self.anchor_tsc.load(Ordering::Relaxed),
+            self.anchor_ns.load(Ordering::Relaxed),
+        );
+        if anchor_tsc == 0 || now_tsc <= anchor_tsc || now_ns <= anchor_ns {
+            self.anchor_tsc.store(now_tsc, Ordering::Relaxed);
+            self.anchor_ns.store(now_ns, Ordering::Relaxed);
+            return unchanged;
+        }
+        let elapsed_ns = now_ns - anchor_ns;
+        // The due check paces the fits; half a period is the shortest base the slope is measured over.
+        if elapsed_ns < CALIBRATION_PERIOD_NS / 2 {
+            return unchanged;
+        }
+        let ticks = now_tsc - anchor_tsc;
+        let measured = ((u128::from(elapsed_ns) << 32) / u128::from(ticks)) as u64;
+        self.anchor_tsc.store(now_tsc, Ordering::Relaxed);
+        self.anchor_ns.store(now_ns, Ordering::Relaxed);
+        if measured == 0 {
+            return unchanged;
+        }
+        let (mut base_ns, mut mult) = (now_ns, measured);
+        // A stale line was not read (readers fell back to the clock itself): the new one starts at the clock.
+        let fresh = seq != 0 && now_tsc <= self.valid_until_tsc.load(Ordering::Relaxed);
+        if fresh {
+            let current = on_line(
+                now_tsc,
+                self.base_tsc.load(Ordering::Relaxed),
+                self.base_ns.load(Ordering::Relaxed),
+                self.mult.load(Ordering::Relaxed),
+            );
+            let error = now_ns.wrapping_sub(current) as i64;
+            if error.abs() <= MAX_SMOOTH_ERROR_NS {
+                // Continue from where the line stands; close the gap over the next period.
+                self.restarts.store(0, Ordering::Relaxed);
+                base_ns = current;
+                let bound = (i128::from(measured) * i128::from(MAX_STEER)) >> 32;
+                let steer = ((i128::from(error) << 32) / i128::from(ticks)).clamp(-bound, bound);
+                mult = (i128::from(measured) + steer).max(1) as u64;
+            } else if self.restarts.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_RESTARTS_IN_A_ROW {
+                // The counter does not keep time (any more): off for good, readers use the clock.
+                self.enabled.store(false, Ordering::Release);
+                self.valid_until_tsc.store(0, Ordering::Relaxed);
+                return seq + 2;
+            } else {
+                // Restart at the clock with the old slope: the one measured across the jump is off too.
+                mult = self.mult.load(Ordering::Relaxed).max(1);
+            }
+        }
+        let lifetime_ticks = ((u128::from(LINE_LIFETIME_NS) << 32) / u128::from(mult)) as u64;
+        self.base_tsc.store(now_tsc, Ordering::Relaxed);
+        self.base_ns.store(base_ns, Ordering::Relaxed);
+        self.mult.store(mult, Ordering::Relaxed);
+        self.valid_until_tsc
+            .store(now_tsc.saturating_add(lifetime_ticks), Ordering::Relaxed);
+        self.lines.fetch_add(1, Ordering::Relaxed);
+        seq + 2
+    }
+}
 
 /// Lets [`fast_boottime_ns`] read the time-stamp counter once [`calibrate_fast_clock`] has fitted a line, if
 /// [`tsc_keeps_time`]. Returns whether it will.
@@ -164,21 +310,16 @@ pub fn enable_fast_clock() -> bool {
 
 /// Whether [`fast_boottime_ns`] reads the counter now (a line exists and is fresh).
 pub fn fast_clock_active() -> bool {
-    let seq = LINE.seq.load(Ordering::Acquire);
-    seq != 0 && seq & 1 == 0 && {
-        let now = tsc();
-        now >= LINE.base_tsc.load(Ordering::Relaxed)
-            && now <= LINE.valid_until_tsc.load(Ordering::Relaxed)
-    }
+    LINE.convert(tsc).is_some()
 }
 
 /// How many lines [`calibrate_fast_clock`] has fitted in this process (for the verbose summary and tests).
 pub fn fast_clock_lines() -> u64 {
-    LINES_FITTED.load(Ordering::Relaxed)
+    LINE.lines.load(Ordering::Relaxed)
 }
 
-/// Whether [`enable_fast_clock`] found that the counter keeps time (then [`fast_boottime_ns`] reads it whenever a
-/// fresh line exists).
+/// Whether the fast clock is on: [`enable_fast_clock`] found that the counter keeps time, and no refit has given
+/// it up since (then [`fast_boottime_ns`] reads the counter whenever a fresh line exists).
 pub fn fast_clock_enabled() -> bool {
     LINE.enabled.load(Ordering::Acquire)
 }
@@ -194,20 +335,7 @@ fn on_line(tsc: u64, base_tsc: u64, base_ns: u64, mult: u64) -> u64 {
 /// line exists (see the module docs); within the fit's error (tens of nanoseconds) of `clock_gettime`.
 #[inline]
 pub fn fast_boottime_ns() -> u64 {
-    let seq = LINE.seq.load(Ordering::Acquire);
-    if seq == 0 || seq & 1 == 1 {
-        return boottime_ns();
-    }
-    let base_tsc = LINE.base_tsc.load(Ordering::Relaxed);
-    let base_ns = LINE.base_ns.load(Ordering::Relaxed);
-    let mult = LINE.mult.load(Ordering::Relaxed);
-    let valid_until = LINE.valid_until_tsc.load(Ordering::Relaxed);
-    let now = tsc();
-    fence(Ordering::Acquire);
-    if LINE.seq.load(Ordering::Relaxed) != seq || now < base_tsc || now > valid_until {
-        return boottime_ns();
-    }
-    on_line(now, base_tsc, base_ns, mult)
+    LINE.convert(tsc).unwrap_or_else(boottime_ns)
 }
 
 /// One reading of the counter and the clock together: the clock read between two counter reads, paired with
@@ -225,102 +353,16 @@ fn read_pair() -> Option<(u64, u64)> {
 }
 
 /// Fits the line [`fast_boottime_ns`] reads by, if the fast clock is enabled and the last fit is at least
-/// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (two loads and a counter read). Called by one thread that runs
-/// while dispatches are in flight (rprof's completion thread); a concurrent call returns at once.
+/// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (a few loads and a counter read). Called by one thread
+/// that runs while dispatches are in flight (rprof's completion thread); a concurrent call returns at once.
 ///
 /// Each new line starts where the current (fresh) one stands at the new pair's counter value, so readings stay
 /// continuous, and its slope is the measured one steered (by at most `MAX_STEER`, ~120 ppm) to meet the clock one
 /// period later: the line follows `CLOCK_BOOTTIME` as NTP slews it without ever stepping back. A gap beyond
-/// `MAX_SMOOTH_ERROR_NS` (2 µs), or a stale line, restarts the line at the clock.
+/// `MAX_SMOOTH_ERROR_NS` (2 µs), or a stale line, restarts the line at the clock; three such gaps in a row turn
+/// the fast clock off.
 pub fn calibrate_fast_clock() {
-    if !LINE.enabled.load(Ordering::Acquire) {
-        return;
-    }
-    let anchor_tsc = LINE.anchor_tsc.load(Ordering::Relaxed);
-    let seq = LINE.seq.load(Ordering::Acquire);
-    if seq & 1 == 1 {
-        return;
-    }
-    if anchor_tsc != 0 {
-        // Not due: a period has not passed since the last pair (by the line once there is one).
-        let due = if seq == 0 {
-            boottime_ns().saturating_sub(LINE.anchor_ns.load(Ordering::Relaxed))
-                >= CALIBRATION_PERIOD_NS
-        } else {
-            let mult = LINE.mult.load(Ordering::Relaxed).max(1);
-            let period_ticks = (u128::from(CALIBRATION_PERIOD_NS) << 32) / u128::from(mult);
-            u128::from(tsc().wrapping_sub(anchor_tsc)) >= period_ticks
-        };
-        if !due {
-            return;
-        }
-    }
-    // The lock: odd while this call works.
-    if LINE
-        .seq
-        .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    let next = fit(seq);
-    LINE.seq.store(next, Ordering::Release);
-}
-
-/// The fit itself, with the lock held (`seq` is the value before it); returns the sequence value to publish
-/// (`seq + 2` after a new line, back to an even value without one).
-fn fit(seq: u64) -> u64 {
-    let unchanged = if seq == 0 { 0 } else { seq + 2 };
-    let Some((now_tsc, now_ns)) = read_pair() else {
-        return unchanged;
-    };
-    let (anchor_tsc, anchor_ns) = (
-        LINE.anchor_tsc.load(Ordering::Relaxed),
-        LINE.anchor_ns.load(Ordering::Relaxed),
-    );
-    let elapsed_ns = now_ns.saturating_sub(anchor_ns);
-    if anchor_tsc == 0 || now_tsc <= anchor_tsc || now_ns <= anchor_ns {
-        LINE.anchor_tsc.store(now_tsc, Ordering::Relaxed);
-        LINE.anchor_ns.store(now_ns, Ordering::Relaxed);
-        return unchanged;
-    }
-    if elapsed_ns < CALIBRATION_PERIOD_NS {
-        return unchanged;
-    }
-    let ticks = now_tsc - anchor_tsc;
-    let measured = ((u128::from(elapsed_ns) << 32) / u128::from(ticks)) as u64;
-    LINE.anchor_tsc.store(now_tsc, Ordering::Relaxed);
-    LINE.anchor_ns.store(now_ns, Ordering::Relaxed);
-    if measured == 0 {
-        return unchanged;
-    }
-    let (mut base_ns, mut mult) = (now_ns, measured);
-    // A stale line was not read (readers fell back to the clock itself): the new one starts at the clock.
-    let fresh = seq != 0 && now_tsc <= LINE.valid_until_tsc.load(Ordering::Relaxed);
-    if fresh {
-        let current = on_line(
-            now_tsc,
-            LINE.base_tsc.load(Ordering::Relaxed),
-            LINE.base_ns.load(Ordering::Relaxed),
-            LINE.mult.load(Ordering::Relaxed),
-        );
-        let error = now_ns.wrapping_sub(current) as i64;
-        if error.abs() <= MAX_SMOOTH_ERROR_NS {
-            // Continue from where the line stands; close the gap over the next period.
-            base_ns = current;
-            let bound = (i128::from(measured) * i128::from(MAX_STEER)) >> 32;
-            let steer = ((i128::from(error) << 32) / i128::from(ticks)).clamp(-bound, bound);
-            mult = (i128::from(measured) + steer).max(1) as u64;
-        }
-    }
-    let lifetime_ticks = ((u128::from(LINE_LIFETIME_NS) << 32) / u128::from(mult)) as u64;
-    LINE.base_tsc.store(now_tsc, Ordering::Relaxed);
-    LINE.base_ns.store(base_ns, Ordering::Relaxed);
-    LINE.mult.store(mult, Ordering::Relaxed);
-    LINE.valid_until_tsc
-        .store(now_tsc.saturating_add(lifetime_ticks), Ordering::Relaxed);
-    LINES_FITTED.fetch_add(1, Ordering::Relaxed);
-    seq + 2
+    LINE.calibrate(tsc(), boottime_ns, read_pair);
 }
 
 #[cfg(test)]
@@ -425,5 +467,146 @@ mod tests {
             fast + 2_000 >= before && fast <= after + 2_000,
             "{fast} not within 2 us of [{before}, {after}]"
         );
+    }
+
+    /// A line fed made-up readings: the counter ticks 3 times per nanosecond of the clock (times `1 + ppm`).
+    struct Machine {
+        line: FastLine,
+        tsc: u64,
+        ns: u64,
+        noise: u64,
+    }
+
+    impl Machine {
+        fn new() -> Self {
+            let line = FastLine::new();
+            line.enabled.store(true, Ordering::Release);
+            Machine {
+                line,
+                tsc: 5_000_000_000_000,
+                ns: 1_000_000_000_000,
+                noise: 12345,
+            }
+        }
+
+        /// Lets `ns` nanoseconds of the clock pass, the clock running `ppm` parts per million fast of the counter.
+        fn pass(&mut self, ns: u64, ppm: i64) {
+            self.tsc += 3 * ns;
+            self.ns = (self.ns as i64 + ns as i64 + ns as i64 * ppm / 1_000_000) as u64;
+        }
+
+        /// A calibration whose pair is off by up to ±20 ns (a made-up, repeatable noise).
+        fn calibrate(&mut self) {
+            self.noise = self
+                .noise
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (self.noise >> 33) % 41;
+            let pair_ns = self.ns + off - 20;
+            let (tsc, ns) = (self.tsc, self.ns);
+            self.line.calibrate(tsc, || ns, || Some((tsc, pair_ns)));
+        }
+
+        fn read(&self) -> Option<u64> {
+            self.line.convert(|| self.tsc)
+        }
+
+        fn params(&self) -> (u64, u64, u64) {
+            (
+                self.line.base_tsc.load(Ordering::Relaxed),
+                self.line.base_ns.load(Ordering::Relaxed),
+                self.line.mult.load(Ordering::Relaxed),
+            )
+        }
+    }
+
+    /// Fitted every 10 ms, the line stays within tens of nanoseconds of a steady clock and within a microsecond of
+    /// one that NTP slews by 100 ppm; each new line starts where the old one stood, so readings never step back.
+    #[test]
+    fn lines_follow_a_slewed_clock_without_stepping_back() {
+        let mut m = Machine::new();
+        let mut last = 0;
+        let mut worst = [0u64; 2];
+        for step in 0..2_000u64 {
+            // 1 ms steps; the clock runs 100 ppm fast from 200 ms on.
+            let ppm = if step < 200 { 0 } else { 100 };
+            m.pass(1_000_000, ppm);
+            let before = m.params();
+            m.calibrate();
+            let after = m.params();
+            if before.2 != 0 && after != before {
+                let stood = on_line(after.0, before.0, before.1, before.2);
+                assert!(
+                    stood.abs_diff(after.1) <= 1,
+                    "step {step}: a line starts at {} where the old stood at {stood}",
+                    after.1
+                );
+            }
+            if let Some(read) = m.read() {
+                assert!(read >= last, "step {step}: {read} after {last}");
+                last = read;
+                let phase = usize::from(step >= 200);
+                // Judged once a phase is 40 ms old (the first lines, then the steering, settle).
+                if step > 40 + 200 * phase as u64 {
+                    worst[phase] = worst[phase].max(read.abs_diff(m.ns));
+                }
+            }
+        }
+        assert!(m.line.lines.load(Ordering::Relaxed) >= 190);
+        assert!(worst[0] <= 60, "steady clock: off by {} ns", worst[0]);
+        assert!(worst[1] <= 1_500, "slewed clock: off by {} ns", worst[1]);
+    }
+
+    /// A refit after the line went stale starts at the clock, not where the stale line would stand.
+    #[test]
+    fn a_refit_after_a_stale_line_starts_at_the_clock() {
+        let mut m = Machine::new();
+        for _ in 0..5 {
+            m.pass(10_000_000, 0);
+            m.calibrate();
+        }
+        assert!(m.read().is_some());
+        // 80 ms without a calibration, the clock 20 ppm fast meanwhile: stale, so readers use the clock.
+        m.pass(80_000_000, 20);
+        assert_eq!(m.read(), None);
+        let (tsc, ns) = (m.tsc, m.ns);
+        m.line.calibrate(tsc, || ns, || Some((tsc, ns)));
+        assert_eq!(m.params().1, ns);
+        assert_eq!(m.read(), Some(ns));
+    }
+
+    /// A counter that jumps against the clock restarts the line; three times in a row turn the fast clock off.
+    #[test]
+    fn a_counter_that_keeps_jumping_turns_the_fast_clock_off() {
+        let mut m = Machine::new();
+        for _ in 0..5 {
+            m.pass(10_000_000, 0);
+            m.calibrate();
+        }
+        // Twice a jump, then a good period: the count starts again.
+        for _ in 0..2 {
+            m.pass(10_000_000, 0);
+            m.tsc += 30_000; // 10 µs of ticks
+            m.calibrate();
+            assert!(m.line.enabled.load(Ordering::Acquire));
+        }
+        m.pass(10_000_000, 0);
+        m.calibrate();
+        assert_eq!(m.line.restarts.load(Ordering::Relaxed), 0);
+        for i in 0..3 {
+            m.pass(10_000_000, 0);
+            m.tsc += 30_000;
+            m.calibrate();
+            assert_eq!(
+                m.line.enabled.load(Ordering::Acquire),
+                i < 2,
+                "jump {i}, restarts {}",
+                m.line.restarts.load(Ordering::Relaxed)
+            );
+        }
+        assert_eq!(m.read(), None);
+        m.pass(10_000_000, 0);
+        m.calibrate();
+        assert_eq!(m.read(), None, "off for good");
     }
 }
