@@ -489,6 +489,16 @@ mod tests {
             }
         }
 
+        /// A machine whose line was fitted over 50 ms of a steady clock.
+        fn fitted() -> Self {
+            let mut m = Machine::new();
+            for _ in 0..5 {
+                m.pass(10_000_000, 0);
+                m.calibrate();
+            }
+            m
+        }
+
         /// Lets `ns` nanoseconds of the clock pass, the clock running `ppm` parts per million fast of the counter.
         fn pass(&mut self, ns: u64, ppm: i64) {
             self.tsc += 3 * ns;
@@ -560,11 +570,7 @@ mod tests {
     /// A refit after the line went stale starts at the clock, not where the stale line would stand.
     #[test]
     fn a_refit_after_a_stale_line_starts_at_the_clock() {
-        let mut m = Machine::new();
-        for _ in 0..5 {
-            m.pass(10_000_000, 0);
-            m.calibrate();
-        }
+        let mut m = Machine::fitted();
         assert!(m.read().is_some());
         // 80 ms without a calibration, the clock 20 ppm fast meanwhile: stale, so readers use the clock.
         m.pass(80_000_000, 20);
@@ -578,11 +584,7 @@ mod tests {
     /// A counter that jumps against the clock restarts the line; three times in a row turn the fast clock off.
     #[test]
     fn a_counter_that_keeps_jumping_turns_the_fast_clock_off() {
-        let mut m = Machine::new();
-        for _ in 0..5 {
-            m.pass(10_000_000, 0);
-            m.calibrate();
-        }
+        let mut m = Machine::fitted();
         // Twice a jump, then a good period: the count starts again.
         for _ in 0..2 {
             m.pass(10_000_000, 0);
