@@ -189,9 +189,9 @@ impl FastLine {
         Some(on_line(now, base_tsc, base_ns, mult))
     }
 
-    /// Whether a refit is due at counter value `now_tsc` / clock `now_ns` (lazily read: only the first line's
-    /// wait is timed by the clock).
-    fn due(&self, seq: u64, now_tsc: u64, now_ns: impl FnOnce() -> u64) -> bool {
+    /// Whether a refit is due at counter value `now_tsc` / clock `now_ns`, each read only when needed (the first
+    /// line's wait is timed by the clock, later ones by the counter).
+    fn due(&self, seq: u64, now_tsc: impl FnOnce() -> u64, now_ns: impl FnOnce() -> u64) -> bool {
         let anchor_tsc = self.anchor_tsc.load(Ordering::Relaxed);
         if anchor_tsc == 0 {
             return true;
@@ -202,14 +202,15 @@ impl FastLine {
         }
         let mult = self.mult.load(Ordering::Relaxed).max(1);
         let period_ticks = (u128::from(CALIBRATION_PERIOD_NS) << 32) / u128::from(mult);
-        u128::from(now_tsc.wrapping_sub(anchor_tsc)) >= period_ticks
+        u128::from(now_tsc().wrapping_sub(anchor_tsc)) >= period_ticks
     }
 
-    /// One calibration (see [`calibrate_fast_clock`]) with the counter value `now_tsc` for the due check and
-    /// `pair` to take a counter-and-clock pair.
+    /// One calibration (see [`calibrate_fast_clock`]) with `now_tsc` and `now_ns` to read the counter and the
+    /// clock for the due check (nothing is read while the fast clock is off) and `pair` to take a
+    /// counter-and-clock pair.
     fn calibrate(
         &self,
-        now_tsc: u64,
+        now_tsc: impl FnOnce() -> u64,
         now_ns: impl FnOnce() -> u64,
         pair: impl FnOnce() -> Option<(u64, u64)>,
     ) {
@@ -353,8 +354,9 @@ fn read_pair() -> Option<(u64, u64)> {
 }
 
 /// Fits the line [`fast_boottime_ns`] reads by, if the fast clock is enabled and the last fit is at least
-/// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (a few loads and a counter read). Called by one thread
-/// that runs while dispatches are in flight (rprof's completion thread); a concurrent call returns at once.
+/// `CALIBRATION_PERIOD_NS` (10 ms) old; cheap otherwise (a few loads and a counter read; one load while the fast
+/// clock is off). Called by one thread that runs while dispatches are in flight (rprof's completion thread); a
+/// concurrent call returns at once.
 ///
 /// Each new line starts where the current (fresh) one stands at the new pair's counter value, so readings stay
 /// continuous, and its slope is the measured one steered (by at most `MAX_STEER`, ~120 ppm) to meet the clock one
@@ -362,7 +364,7 @@ fn read_pair() -> Option<(u64, u64)> {
 /// `MAX_SMOOTH_ERROR_NS` (2 µs), or a stale line, restarts the line at the clock; three such gaps in a row turn
 /// the fast clock off.
 pub fn calibrate_fast_clock() {
-    LINE.calibrate(tsc(), boottime_ns, read_pair);
+    LINE.calibrate(tsc, boottime_ns, read_pair);
 }
 
 #[cfg(test)]
@@ -514,7 +516,7 @@ mod tests {
             let off = (self.noise >> 33) % 41;
             let pair_ns = self.ns + off - 20;
             let (tsc, ns) = (self.tsc, self.ns);
-            self.line.calibrate(tsc, || ns, || Some((tsc, pair_ns)));
+            self.line.calibrate(|| tsc, || ns, || Some((tsc, pair_ns)));
         }
 
         fn read(&self) -> Option<u64> {
@@ -576,7 +578,7 @@ mod tests {
         m.pass(80_000_000, 20);
         assert_eq!(m.read(), None);
         let (tsc, ns) = (m.tsc, m.ns);
-        m.line.calibrate(tsc, || ns, || Some((tsc, ns)));
+        m.line.calibrate(|| tsc, || ns, || Some((tsc, ns)));
         assert_eq!(m.params().1, ns);
         assert_eq!(m.read(), Some(ns));
     }
