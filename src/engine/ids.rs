@@ -112,32 +112,48 @@ pub fn current_thread_id() -> u32 {
 }
 
 /// A one-entry cache of [`current_thread_id`] keyed by `pthread_self()` (a register read), for the thread that
-/// writes to one queue over and over. Threads may race on it (the runtime calls the interceptor under the
-/// queue's lock, but nothing here relies on that): the key is written last and read again after the id, so a
-/// reader uses a cached id only when the key was its own on both sides of the read.
+/// writes to one queue over and over. Threads may race on it (nothing here relies on the runtime calling the
+/// interceptor under the queue's lock).
+///
+/// Invariants: `thread_id` is written only by the one thread that moved `key` to [`LastWriter::REPLACING`] with a
+/// compare-exchange, and that thread publishes its own `pthread_self()` in `key` afterwards; a thread that loses
+/// the exchange returns its id without caching it. So writes never interleave, and a reader that sees its own
+/// key before and after reading `thread_id` read its own id: any other writer's id store is ordered after that
+/// writer's exchange, which the second key load would then see.
 #[derive(Debug, Default)]
 pub struct LastWriter {
-    /// `pthread_self()` of the thread whose id `thread_id` holds; 0 while it is being replaced.
+    /// `pthread_self()` of the thread whose id `thread_id` holds; 0 while empty, [`LastWriter::REPLACING`] while
+    /// one thread replaces it.
     key: AtomicU64,
     thread_id: std::sync::atomic::AtomicU32,
 }
 
 impl LastWriter {
+    /// The key while one thread owns the entry (no `pthread_t` is all ones).
+    const REPLACING: u64 = u64::MAX;
+
     /// The calling thread's id, from the cache when it is this thread's.
     #[inline]
     pub fn thread_id(&self) -> u32 {
         // SAFETY: `pthread_self` has no preconditions and cannot fail.
         let me = unsafe { libc::pthread_self() } as u64;
-        if self.key.load(Ordering::Acquire) == me {
+        let seen = self.key.load(Ordering::Acquire);
+        if seen == me {
             let id = self.thread_id.load(Ordering::Acquire);
             if self.key.load(Ordering::Acquire) == me {
                 return id;
             }
         }
         let id = current_thread_id();
-        self.key.store(0, Ordering::Release);
-        self.thread_id.store(id, Ordering::Release);
-        self.key.store(me, Ordering::Release);
+        if seen != Self::REPLACING
+            && self
+                .key
+                .compare_exchange(seen, Self::REPLACING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.thread_id.store(id, Ordering::Release);
+            self.key.store(me, Ordering::Release);
+        }
         id
     }
 }
@@ -233,7 +249,7 @@ mod tests {
                 let cache = cache.clone();
                 std::thread::spawn(move || {
                     let me = current_thread_id();
-                    (0..20_000).all(|_| cache.thread_id() == me)
+                    (0..200_000).all(|_| cache.thread_id() == me)
                 })
             })
             .collect();
