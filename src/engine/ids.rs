@@ -115,14 +115,14 @@ pub fn current_thread_id() -> u32 {
 /// writes to one queue over and over. Threads may race on it (nothing here relies on the runtime calling the
 /// interceptor under the queue's lock).
 ///
-/// Invariants: `thread_id` is written only by the one thread that moved `key` to [`LastWriter::REPLACING`] with a
+/// Invariants: `thread_id` is written only by the one thread that moved `key` to `REPLACING` with a
 /// compare-exchange, and that thread publishes its own `pthread_self()` in `key` afterwards; a thread that loses
 /// the exchange returns its id without caching it. So writes never interleave, and a reader that sees its own
 /// key before and after reading `thread_id` read its own id: any other writer's id store is ordered after that
 /// writer's exchange, which the second key load would then see.
 #[derive(Debug, Default)]
 pub struct LastWriter {
-    /// `pthread_self()` of the thread whose id `thread_id` holds; 0 while empty, [`LastWriter::REPLACING`] while
+    /// `pthread_self()` of the thread whose id `thread_id` holds; 0 while empty, `REPLACING` while
     /// one thread replaces it.
     key: AtomicU64,
     thread_id: std::sync::atomic::AtomicU32,
