@@ -147,7 +147,8 @@ pub struct Config {
     pub kfd_version: (u32, u32),
     /// File the emulator writes its driver-event wait counts to at exit (`event_waits=N`,
     /// `event_waits_at_once=M`): how often the runtime's threads waited on driver events, and how many of those
-    /// waits returned without sleeping (a runtime thread spinning on the driver shows as the second).
+    /// waits returned without sleeping (a runtime thread spinning on the driver shows as the second); then the
+    /// device's timeline ([`crate::cp::Timeline`]: busy and idle time, late retirements, start-up and exit).
     pub event_report: Option<std::path::PathBuf>,
 }
 

@@ -147,6 +147,56 @@ pub struct CpStats {
     pub blits_skipped: AtomicU64,
     /// SDMA copies and fills executed.
     pub sdma_copies: AtomicU64,
+    /// The device's timeline of kernel dispatches (for the exit report).
+    pub timeline: Timeline,
+}
+
+/// When the device ran kernels: written by the command processor alone (relaxed stores), read at exit for
+/// `EVENT_REPORT`. Kernels may overlap; busy time is the union of their intervals `[start, modelled end]`.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// Start of the first kernel (`CLOCK_BOOTTIME` ns; 0 before any).
+    pub first_start_ns: AtomicU64,
+    /// Latest modelled end of any kernel launched so far.
+    pub busy_until_ns: AtomicU64,
+    /// Union of the kernels' intervals, ns.
+    pub busy_ns: AtomicU64,
+    /// Idle time between the first kernel's start and the last one's end, ns.
+    pub idle_ns: AtomicU64,
+    /// Idle gaps of more than 5 µs between kernels.
+    pub idle_gaps: AtomicU64,
+    /// Sum over retired kernels of how late the command processor retired each (actual minus modelled end), ns:
+    /// time the host did not give the "hardware" a core when it needed one.
+    pub late_retire_ns: AtomicU64,
+    /// The latest any kernel was retired, ns.
+    pub late_retire_max_ns: AtomicU64,
+}
+
+impl Timeline {
+    /// A kernel launched at `start_ns` that runs until `end_ns` (starts come in time order: one thread launches).
+    fn launch(&self, start_ns: u64, end_ns: u64) {
+        let until = self.busy_until_ns.load(Ordering::Relaxed);
+        if self.first_start_ns.load(Ordering::Relaxed) == 0 {
+            self.first_start_ns.store(start_ns, Ordering::Relaxed);
+        } else if start_ns > until {
+            let gap = start_ns - until;
+            self.idle_ns.fetch_add(gap, Ordering::Relaxed);
+            if gap > 5_000 {
+                self.idle_gaps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let added = end_ns.saturating_sub(start_ns.max(until));
+        self.busy_ns.fetch_add(added, Ordering::Relaxed);
+        self.busy_until_ns
+            .store(until.max(end_ns), Ordering::Relaxed);
+    }
+
+    /// A kernel whose modelled end was `deadline_ns` retired at `now_ns`.
+    fn retire(&self, deadline_ns: u64, now_ns: u64) {
+        let late = now_ns.saturating_sub(deadline_ns);
+        self.late_retire_ns.fetch_add(late, Ordering::Relaxed);
+        self.late_retire_max_ns.fetch_max(late, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -743,6 +793,7 @@ impl CpThread {
             // SAFETY: the queue is still registered, so its packets' completion signals are live ROCr signals.
             unsafe { signal_complete(self.emu, p.signal, -1, ticks) };
             self.cp.stats.dispatches.fetch_add(1, Ordering::Relaxed);
+            self.cp.stats.timeline.retire(p.deadline.0, now);
         }
         progress
     }
@@ -976,6 +1027,10 @@ impl CpThread {
             .duration_override
             .unwrap_or_else(|| self.emu.config.model_duration_ns(workgroups, node.cus));
         let start_ns = now_ns();
+        self.cp
+            .stats
+            .timeline
+            .launch(start_ns, start_ns.saturating_add(duration));
         self.seq += 1;
         self.heap.push(Pending {
             deadline: std::cmp::Reverse(start_ns.saturating_add(duration)),
@@ -1100,6 +1155,29 @@ enum Launch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_timeline_counts_the_union_of_kernels_and_the_gaps_between() {
+        let t = Timeline::default();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        t.launch(1_000, 3_000); // busy 1000-3000
+        t.launch(2_000, 4_000); // overlaps: +1000
+        t.launch(3_500, 3_800); // inside: +0
+        t.launch(6_000, 7_000); // 2000 idle (not over 5 µs), +1000
+        t.launch(20_000, 21_000); // 13000 idle (over 5 µs), +1000
+        assert_eq!(get(&t.first_start_ns), 1_000);
+        assert_eq!(get(&t.busy_until_ns), 21_000);
+        assert_eq!(get(&t.busy_ns), 2_000 + 1_000 + 1_000 + 1_000);
+        assert_eq!(get(&t.idle_ns), 2_000 + 13_000);
+        assert_eq!(get(&t.idle_gaps), 1);
+        // Busy plus idle spans first start to last end.
+        assert_eq!(get(&t.busy_ns) + get(&t.idle_ns), 21_000 - 1_000);
+        t.retire(3_000, 3_000);
+        t.retire(4_000, 4_700);
+        t.retire(7_000, 6_900); // early (cannot happen, but must not wrap)
+        assert_eq!(get(&t.late_retire_ns), 700);
+        assert_eq!(get(&t.late_retire_max_ns), 700);
+    }
 
     fn packet(value: i64, mask: i64, cond: u32) -> hsa_amd_barrier_value_packet_t {
         hsa_amd_barrier_value_packet_t {

@@ -60,6 +60,8 @@ pub struct Emulator {
     pub cp: cp::CommandProcessor,
     /// Host kernels.
     pub host_kernels: kernels::HostKernelRegistry,
+    /// When the emulator was set up (`CLOCK_BOOTTIME` ns), for the exit report.
+    pub loaded_ns: u64,
 }
 
 static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
@@ -73,7 +75,37 @@ extern "C" fn write_event_report() {
             return;
         };
         let (waits, at_once) = e.events.wait_stats();
-        let text = format!("event_waits={waits}\nevent_waits_at_once={at_once}\n");
+        let t = &e.cp.stats.timeline;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let first = get(&t.first_start_ns);
+        let until = get(&t.busy_until_ns);
+        let now = clock::now_ns();
+        let text = format!(
+            "event_waits={waits}\nevent_waits_at_once={at_once}\n\
+             kernels={}\n\
+             loaded_to_first_kernel_ns={}\n\
+             first_to_last_kernel_ns={}\n\
+             busy_ns={}\nidle_ns={}\nidle_gaps_over_5us={}\n\
+             late_retire_ns={}\nlate_retire_max_ns={}\n\
+             last_kernel_to_exit_ns={}\n",
+            get(&e.cp.stats.dispatches),
+            if first == 0 {
+                0
+            } else {
+                first.saturating_sub(e.loaded_ns)
+            },
+            until.saturating_sub(first),
+            get(&t.busy_ns),
+            get(&t.idle_ns),
+            get(&t.idle_gaps),
+            get(&t.late_retire_ns),
+            get(&t.late_retire_max_ns),
+            if first == 0 {
+                0
+            } else {
+                now.saturating_sub(until)
+            },
+        );
         if let Err(err) = std::fs::write(path, text) {
             eprintln!(
                 "rprof-emu: cannot write EVENT_REPORT {}: {err}",
@@ -101,6 +133,7 @@ pub fn emulator() -> Result<&'static Emulator, &'static str> {
             events: events::EventTable::new(),
             cp: cp::CommandProcessor::new(),
             host_kernels: kernels::HostKernelRegistry::default(),
+            loaded_ns: clock::now_ns(),
         })
     });
     e.as_ref().map_err(String::as_str)
