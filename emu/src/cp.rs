@@ -450,6 +450,19 @@ impl CommandProcessor {
                         emu.config.cp_nice
                     );
                 }
+                if emu.config.cp_realtime {
+                    let param = libc::sched_param { sched_priority: 1 };
+                    // SAFETY: sched_setscheduler on this thread (pid 0) with a parameter block we own; a refusal
+                    // leaves the policy set above.
+                    let refused = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0;
+                    if refused {
+                        eprintln!(
+                            "rprof-emu: RPROF_EMU_CP_REALTIME=1 refused (needs root or CAP_SYS_NICE); the command \
+                             processor keeps nice {}",
+                            emu.config.cp_nice
+                        );
+                    }
+                }
                 CpThread::new(emu).run();
             });
         if spawned.is_err() {
