@@ -128,6 +128,8 @@ pub struct Config {
     /// GPU runs its kernels whatever the host's threads do (`false`: it yields, gentler on a 1-core machine, but
     /// then any host thread that takes the core delays the device's timeline).
     pub deadline_spin: bool,
+    /// How close (µs) a running kernel's end must be for `deadline_spin` to hold the core.
+    pub deadline_spin_us: u64,
     /// Nice value the command processor thread asks for (best effort: lowering it below 0 needs root or
     /// `CAP_SYS_NICE`, and a refusal leaves the default). A GPU's command processor is never preempted by host
     /// threads; at -10 a woken host thread rarely preempts the emulated one in the middle of a kernel sequence.
@@ -173,6 +175,7 @@ impl Default for Config {
             kernel_ns: Vec::new(),
             spin_us: 200,
             deadline_spin: true,
+            deadline_spin_us: 20,
             cp_nice: -10,
             cp_realtime: false,
             max_nap_us: 1_000,
@@ -186,8 +189,9 @@ impl Default for Config {
     }
 }
 
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 20] = [
     "SDMA",
+    "DEADLINE_SPIN_US",
     "CP_REALTIME",
     "EVENT_REPORT",
     "DEADLINE_SPIN",
@@ -306,6 +310,7 @@ impl Config {
                     }
                 }
                 "SPIN_US" => c.spin_us = parse_u64(k, v)?,
+                "DEADLINE_SPIN_US" => c.deadline_spin_us = parse_u64(k, v)?,
                 "MAX_NAP_US" => c.max_nap_us = parse_u64(k, v)?.max(1),
                 "DEEP_NAP_US" => c.deep_nap_us = parse_u64(k, v)?.max(1),
                 "VRAM_MB" => c.vram_mib = parse_u64(k, v)?.max(1),
@@ -557,6 +562,18 @@ mod tests {
         let c = Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "0")])).unwrap();
         assert!(!c.deadline_spin);
         assert!(Config::from_pairs(&pairs(&[("DEADLINE_SPIN", "sometimes")])).is_err());
+    }
+
+    #[test]
+    fn the_deadline_spin_window_defaults_to_20_us() {
+        assert_eq!(Config::default().deadline_spin_us, 20);
+        assert_eq!(
+            Config::from_pairs(&pairs(&[("DEADLINE_SPIN_US", "100")]))
+                .unwrap()
+                .deadline_spin_us,
+            100
+        );
+        assert!(Config::from_pairs(&pairs(&[("DEADLINE_SPIN_US", "soon")])).is_err());
     }
 
     #[test]

@@ -711,6 +711,7 @@ impl CpThread {
 
     fn run(&mut self) {
         let spin_ns = self.emu.config.spin_us * 1_000;
+        let deadline_spin_ns = self.emu.config.deadline_spin_us * 1_000;
         let max_nap_ns = self.emu.config.max_nap_us * 1_000;
         let deep_nap_ns = self.emu.config.deep_nap_us.max(self.emu.config.max_nap_us) * 1_000;
         const MIN_NAP_NS: u64 = 10_000;
@@ -741,7 +742,7 @@ impl CpThread {
             if next_deadline.is_some_and(|d| d <= now) {
                 continue;
             }
-            let deadline_near = next_deadline.is_some_and(|d| d - now < 20_000);
+            let deadline_near = next_deadline.is_some_and(|d| d - now < deadline_spin_ns);
             // A kernel about to end: a GPU does not give its engine away. Yielding here
             // handed the core to whichever host thread was runnable (a profiler's writer,
             // the app) for up to a time slice, stretching the device's timeline.
