@@ -284,9 +284,10 @@ pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> 
     handle.join().ok()
 }
 
-/// How [`join_within`] polls a thread: naps of 50 µs (the app's exit waits
-/// on the writer's join).
-const JOIN_PACE: Pace = Pace::naps(Duration::from_micros(50));
+/// How [`join_within`] polls a thread: 64 yields, then naps of 50 µs (the
+/// app's exit waits on the writer's join; a nap is ~100 µs with the default
+/// timer slack, so the first rounds yield).
+const JOIN_PACE: Pace = Pace::new(64, Duration::from_micros(50));
 /// How an interceptor waits for ring space or signals: 64 yields, then
 /// naps of 50 µs (each round may wake the completion thread).
 const INTERCEPTOR_PACE: Pace = Pace::new(64, Duration::from_micros(50));
@@ -491,6 +492,9 @@ impl<S: DispatchSignal> Engine<S> {
         let _ =
             self.state
                 .compare_exchange(RUNNING, FINALIZING, Ordering::SeqCst, Ordering::SeqCst);
+        // The writer drains what it holds while the completion thread
+        // settles, instead of sleeping through it to its next wake-up.
+        self.writer_wake.notify();
         let deadline = Instant::now() + timeout;
         // Calls that passed the tracing check before it changed add their
         // dispatches to the in-flight count shortly; wait for them first.

@@ -19,9 +19,10 @@ use super::{lock, Session};
 
 /// How long the flush waits for dispatches still on the device.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How teardown polls what it waits for: 50 µs naps (the app's exit waits
-/// for it; a few naps are nothing to the CPU).
-const TEARDOWN_PACE: Pace = Pace::naps(Duration::from_micros(50));
+/// How teardown polls what it waits for: 64 yields, then 50 µs naps (the
+/// app's exit waits for it; a nap is ~100 µs with the default timer slack,
+/// and the threads waited for usually finish within the yields).
+const TEARDOWN_PACE: Pace = Pace::new(64, Duration::from_micros(50));
 /// How long the runtime's unload waits, after an at-exit flush, for the
 /// dispatches the app left running to give their signals back.
 const GUARD_DRAIN: Duration = Duration::from_secs(1);
