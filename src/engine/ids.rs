@@ -92,8 +92,25 @@ impl IdAllocator {
 
 pub use rprof_abi::clock::{boottime_ns, fast_boottime_ns};
 
+/// Threads that took an id with [`current_thread_id`] and have exited since
+/// the process started: a [`LastWriter`] entry is valid only while this is
+/// what it was when the entry was written, because the C library hands an
+/// exited thread's `pthread_self()` to the next thread it creates.
+static THREAD_EXITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts its thread's exit in [`THREAD_EXITS`] (a thread-local's
+/// destructor: it runs before the thread's descriptor can be reused).
+struct ExitNotice;
+
+impl Drop for ExitNotice {
+    fn drop(&mut self) {
+        THREAD_EXITS.fetch_add(1, Ordering::Release);
+    }
+}
+
 thread_local! {
     static THREAD_ID: Cell<u32> = const { Cell::new(0) };
+    static EXIT_NOTICE: ExitNotice = const { ExitNotice };
 }
 
 /// The calling thread's OS thread id, cached per thread after the first
@@ -104,6 +121,10 @@ pub fn current_thread_id() -> u32 {
         if cached != 0 {
             return cached;
         }
+        // Touching it registers its destructor: this thread's exit is
+        // counted. (A thread already being torn down cannot register; such a
+        // thread is never cached by a `LastWriter`.)
+        let _ = EXIT_NOTICE.try_with(|_| ());
         // SAFETY: `gettid` takes no arguments and cannot fail.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         c.set(tid);
@@ -111,21 +132,30 @@ pub fn current_thread_id() -> u32 {
     })
 }
 
+/// Whether the calling thread's exit will be counted in [`THREAD_EXITS`].
+fn exit_is_counted() -> bool {
+    EXIT_NOTICE.try_with(|_| ()).is_ok()
+}
+
 /// A one-entry cache of [`current_thread_id`] keyed by `pthread_self()` (a register read), for the thread that
 /// writes to one queue over and over. Threads may race on it (nothing here relies on the runtime calling the
 /// interceptor under the queue's lock).
 ///
-/// Invariants: `thread_id` is written only by the one thread that moved `key` to `REPLACING` with a
+/// Invariants: `thread_id` and `exits` are written only by the one thread that moved `key` to `REPLACING` with a
 /// compare-exchange, and that thread publishes its own `pthread_self()` in `key` afterwards; a thread that loses
 /// the exchange returns its id without caching it. So writes never interleave, and a reader that sees its own
 /// key before and after reading `thread_id` read its own id: any other writer's id store is ordered after that
-/// writer's exchange, which the second key load would then see.
+/// writer's exchange, which the second key load would then see. A `pthread_self()` value outlives its thread
+/// (the C library gives it to the next thread it creates), so an entry also holds `THREAD_EXITS` as it was
+/// when written and is used only while no thread has exited since: the writer, alive when it wrote, has not.
 #[derive(Debug, Default)]
 pub struct LastWriter {
     /// `pthread_self()` of the thread whose id `thread_id` holds; 0 while empty, `REPLACING` while
     /// one thread replaces it.
     key: AtomicU64,
     thread_id: std::sync::atomic::AtomicU32,
+    /// [`THREAD_EXITS`] when the entry was written.
+    exits: AtomicU64,
 }
 
 impl LastWriter {
@@ -140,18 +170,24 @@ impl LastWriter {
         let seen = self.key.load(Ordering::Acquire);
         if seen == me {
             let id = self.thread_id.load(Ordering::Acquire);
-            if self.key.load(Ordering::Acquire) == me {
+            let exits = self.exits.load(Ordering::Acquire);
+            if self.key.load(Ordering::Acquire) == me
+                && exits == THREAD_EXITS.load(Ordering::Acquire)
+            {
                 return id;
             }
         }
         let id = current_thread_id();
+        let exits = THREAD_EXITS.load(Ordering::Acquire);
         if seen != Self::REPLACING
+            && exit_is_counted()
             && self
                 .key
                 .compare_exchange(seen, Self::REPLACING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
             self.thread_id.store(id, Ordering::Release);
+            self.exits.store(exits, Ordering::Release);
             self.key.store(me, Ordering::Release);
         }
         id
@@ -256,6 +292,38 @@ mod tests {
         for h in handles {
             assert!(h.join().unwrap());
         }
+    }
+
+    #[test]
+    fn a_thread_that_reuses_an_exited_writers_handle_gets_its_own_id() {
+        // glibc hands an exited thread's descriptor (the `pthread_self`
+        // value) to the next thread it creates: the cache must not take the
+        // new thread for the old one.
+        let cache = std::sync::Arc::new(LastWriter::default());
+        let mut reused = 0;
+        for _ in 0..50 {
+            let c = cache.clone();
+            let (handle, cached, real) = std::thread::spawn(move || {
+                // SAFETY: `pthread_self` has no preconditions.
+                let me = unsafe { libc::pthread_self() } as u64;
+                (me, c.thread_id(), current_thread_id())
+            })
+            .join()
+            .unwrap();
+            assert_eq!(cached, real, "a new thread got an exited thread's id");
+            let c = cache.clone();
+            let (again, cached, real) = std::thread::spawn(move || {
+                // SAFETY: as above.
+                let me = unsafe { libc::pthread_self() } as u64;
+                (me, c.thread_id(), current_thread_id())
+            })
+            .join()
+            .unwrap();
+            assert_eq!(cached, real, "a new thread got an exited thread's id");
+            reused += u32::from(again == handle);
+        }
+        // The case under test happened (else the test would prove nothing).
+        assert!(reused > 0, "no handle was reused in 50 tries");
     }
 
     #[test]
