@@ -294,6 +294,19 @@ mod tests {
         }
     }
 
+    /// Runs one thread on `cache` to its end: its `pthread_self()`, the id
+    /// the cache gave it and its real id.
+    fn one_thread_on(cache: &std::sync::Arc<LastWriter>) -> (u64, u32, u32) {
+        let c = cache.clone();
+        std::thread::spawn(move || {
+            // SAFETY: `pthread_self` has no preconditions.
+            let me = unsafe { libc::pthread_self() } as u64;
+            (me, c.thread_id(), current_thread_id())
+        })
+        .join()
+        .unwrap()
+    }
+
     #[test]
     fn a_thread_that_reuses_an_exited_writers_handle_gets_its_own_id() {
         // glibc hands an exited thread's descriptor (the `pthread_self`
@@ -302,25 +315,11 @@ mod tests {
         let cache = std::sync::Arc::new(LastWriter::default());
         let mut reused = 0;
         for _ in 0..50 {
-            let c = cache.clone();
-            let (handle, cached, real) = std::thread::spawn(move || {
-                // SAFETY: `pthread_self` has no preconditions.
-                let me = unsafe { libc::pthread_self() } as u64;
-                (me, c.thread_id(), current_thread_id())
-            })
-            .join()
-            .unwrap();
+            let (first, cached, real) = one_thread_on(&cache);
             assert_eq!(cached, real, "a new thread got an exited thread's id");
-            let c = cache.clone();
-            let (again, cached, real) = std::thread::spawn(move || {
-                // SAFETY: as above.
-                let me = unsafe { libc::pthread_self() } as u64;
-                (me, c.thread_id(), current_thread_id())
-            })
-            .join()
-            .unwrap();
+            let (second, cached, real) = one_thread_on(&cache);
             assert_eq!(cached, real, "a new thread got an exited thread's id");
-            reused += u32::from(again == handle);
+            reused += u32::from(second == first);
         }
         // The case under test happened (else the test would prove nothing).
         assert!(reused > 0, "no handle was reused in 50 tries");
