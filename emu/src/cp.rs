@@ -1041,13 +1041,11 @@ impl CpThread {
             .duration_override
             .unwrap_or_else(|| self.emu.config.model_duration_ns(workgroups, node.cus));
         let start_ns = now_ns();
-        self.cp
-            .stats
-            .timeline
-            .launch(start_ns, start_ns.saturating_add(duration));
+        let end_ns = start_ns.saturating_add(duration);
+        self.cp.stats.timeline.launch(start_ns, end_ns);
         self.seq += 1;
         self.heap.push(Pending {
-            deadline: std::cmp::Reverse(start_ns.saturating_add(duration)),
+            deadline: std::cmp::Reverse(end_ns),
             seq: std::cmp::Reverse(self.seq),
             queue: q.id,
             node: q.node,
