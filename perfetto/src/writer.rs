@@ -7,7 +7,7 @@ use std::io::{self, BufWriter, Write};
 
 use prost::Message;
 
-use crate::window::Order;
+use crate::window::{Order, Slots};
 
 use crate::protos::{
     clock_snapshot, trace_packet, track_descriptor, track_event, BuiltinClock, ClockSnapshot,
@@ -39,10 +39,6 @@ pub const DELTA_CLOCK_ID: u32 = 64;
 /// than this many others is still correct, only its delta is a wrapped
 /// negative (10 bytes).
 pub const REORDER_WINDOW: usize = 2048;
-
-/// Bytes reserved up front for each event in the reorder window (a larger
-/// event grows its slot once: Full args with several flows).
-const REORDER_SLOT_BYTES: usize = 192;
 
 /// Uncompressed bytes of packets collected into one `compressed_packets`
 /// bundle when [`WriterOptions::compress`] is on.
@@ -329,8 +325,7 @@ pub struct TraceWriter<W: Write> {
     /// Push sequence of the next event put into the window.
     window_seq: u64,
     /// Encoded events in the window, minus their timestamp and flags.
-    slots: Vec<Vec<u8>>,
-    free_slots: Vec<u32>,
+    slots: Slots,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -377,20 +372,13 @@ impl<W: Write> TraceWriter<W> {
                 0
             }),
             // Allocated up front so that filling the window is not
-            // steady-state allocation; a slot grows only for an event larger
-            // than any it held before.
-            slots: if options.delta_timestamps {
-                (0..=REORDER_WINDOW)
-                    .map(|_| Vec::with_capacity(REORDER_SLOT_BYTES))
-                    .collect()
+            // steady-state allocation; only an event larger than a slot
+            // allocates, once per slot it spills from.
+            slots: Slots::with_capacity(if options.delta_timestamps {
+                REORDER_WINDOW + 1
             } else {
-                Vec::new()
-            },
-            free_slots: if options.delta_timestamps {
-                (0..=REORDER_WINDOW as u32).rev().collect()
-            } else {
-                Vec::new()
-            },
+                0
+            }),
         }
     }
 
@@ -853,21 +841,17 @@ impl<W: Write> TraceWriter<W> {
     /// writes the window's oldest event once it holds more than
     /// [`REORDER_WINDOW`].
     fn push_window(&mut self, ts_ns: u64) -> io::Result<()> {
-        let slot = match self.free_slots.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Vec::with_capacity(64));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let bytes = &mut self.slots[slot as usize];
-        bytes.clear();
-        wire::bytes_field(bytes, field::TP_TRACK_EVENT, &self.event_buf);
-        wire::varint_field(
-            bytes,
+        let mut head = [0u8; 2 + wire::MAX_VARINT];
+        let mut h = wire::put_key(&mut head, field::TP_TRACK_EVENT, wire::LEN);
+        h += wire::put_varint(&mut head[h..], self.event_buf.len() as u64);
+        let mut tail = [0u8; 2 + wire::MAX_VARINT];
+        let mut t = wire::put_key(
+            &mut tail,
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
-            u64::from(SEQUENCE_ID),
+            wire::VARINT,
         );
+        t += wire::put_varint(&mut tail[t..], u64::from(SEQUENCE_ID));
+        let slot = self.slots.store(&[&head[..h], &self.event_buf, &tail[..t]]);
         self.window.push((ts_ns, self.window_seq, slot));
         self.window_seq += 1;
         self.packets += 1;
@@ -890,7 +874,7 @@ impl<W: Write> TraceWriter<W> {
         let packet = &mut self.buf;
         packet.clear();
         wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
-        packet.extend_from_slice(&self.slots[slot as usize]);
+        packet.extend_from_slice(self.slots.get(slot));
         if has_interned {
             wire::key(packet, field::TP_INTERNED_DATA, wire::LEN);
             self.pending
@@ -903,7 +887,7 @@ impl<W: Write> TraceWriter<W> {
         if has_interned {
             self.clear_pending();
         }
-        self.free_slots.push(slot);
+        self.slots.release(slot);
         let mut header = [0u8; 1 + wire::MAX_VARINT];
         header[0] = TRACE_PACKET_TAG;
         let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
@@ -1048,7 +1032,7 @@ pub(crate) mod field {
 /// nothing allocates once the buffers have grown).
 mod wire {
     pub const MAX_VARINT: usize = 10;
-    const VARINT: u32 = 0;
+    pub const VARINT: u32 = 0;
     const FIXED64: u32 = 1;
     pub const LEN: u32 = 2;
 
