@@ -227,21 +227,26 @@ impl CsvSink {
 
     /// Quotes `name` as a CSV field into cache entry `i`.
     fn quote_into(&mut self, i: usize, name: &str) -> io::Result<usize> {
-        let mut w = csv::WriterBuilder::new()
-            .terminator(csv::Terminator::Any(b'\n'))
-            .from_writer(Vec::new());
-        // As the first field of a two-field record, so that the writer
-        // closes its quotes and writes an empty name as nothing (a record
-        // of one empty field would be `""`); then cut the `,\n`.
-        w.write_record([name, ""]).map_err(to_io)?;
-        let mut field = w.into_inner().map_err(|e| e.into_error())?;
-        field.truncate(field.len().saturating_sub(2));
         let entry = &mut self.kernels[i];
+        quote_field(name, &mut entry.field);
         entry.name.clear();
         entry.name.push_str(name);
-        entry.field = field;
         Ok(i)
     }
+}
+
+/// `value` as one CSV field, quoted where needed exactly as the `csv` crate
+/// quotes (its allocation-free core, with the same defaults; a
+/// `csv::Writer` allocates an 8 KiB buffer, and one per kernel was 2 MiB of
+/// allocations on a 256-kernel app). An empty value is written as nothing.
+fn quote_field(value: &str, out: &mut Vec<u8>) {
+    let mut w = csv_core::Writer::new();
+    // At worst every byte is a doubled quote, plus the two around them.
+    out.clear();
+    out.resize(2 * value.len() + 2, 0);
+    let (_, _, n) = w.field(value.as_bytes(), out);
+    let (_, m) = w.finish(&mut out[n..]);
+    out.truncate(n + m);
 }
 
 /// Kernel ids above this share one cache entry (ids are dense from 1, so
