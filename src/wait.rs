@@ -23,10 +23,14 @@
 //!   notify that comes before the sleep leaves a token, so the next sleep
 //!   returns at once and a wake-up is never lost.
 //!
+//! - [`Broadcast`]: where any number of threads sleep until something they
+//!   check may have changed (interceptors waiting for ring space); the thread
+//!   that changes it notifies them all. Each sleep has a timeout.
+//!
 //! [`Doubling`] is the completion thread's exponential sleep between polls.
 
 use std::sync::atomic::{fence, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::sync::{Parker, Unparker};
@@ -263,6 +267,61 @@ impl WakePoint {
     }
 }
 
+/// Where any number of threads sleep until a condition they check may have
+/// become true, each with a timeout; the thread that changes the condition
+/// calls [`Broadcast::notify_all`].
+///
+/// Built on a mutex and a condition variable, taken only by a thread about
+/// to sleep and by a notifier that knows someone sleeps (it keeps its own
+/// count of sleepers, e.g. [`QueueContext`](crate::engine::QueueContext)'s
+/// ring waiters): a waiter checks `ready` with the mutex held, so a change
+/// made before the notifier takes the mutex is either seen by that check or
+/// wakes the sleep. A notify with nobody asleep is lost, by design: the
+/// sleeper checks `ready` first.
+#[derive(Debug, Default)]
+pub struct Broadcast {
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl Broadcast {
+    /// Nobody asleep.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sleeps up to `timeout` unless `ready()` (checked with the mutex
+    /// held) is already true; returns `ready()` as seen on waking (a wake
+    /// may be a timeout, a notify for another waiter's condition, or
+    /// spurious).
+    pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) -> bool {
+        let guard = match self.lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if ready() {
+            return true;
+        }
+        let guard = match self.cond.wait_timeout(guard, timeout) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+        drop(guard);
+        ready()
+    }
+
+    /// Wakes every thread sleeping in [`Broadcast::wait`] now.
+    pub fn notify_all(&self) {
+        // Taking the mutex orders this notify after any waiter's check of
+        // its condition: one that checked before the change now sleeps.
+        drop(match self.lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        });
+        self.cond.notify_all();
+    }
+}
+
 /// The sleeping side of a [`WakePoint`] (see [`WakePoint::sleeper`]).
 #[derive(Debug)]
 pub struct Sleeper<'a> {
@@ -321,6 +380,38 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
+
+    #[test]
+    fn a_broadcast_wakes_every_waiter_and_never_sleeps_on_a_true_condition() {
+        let room = Arc::new(Broadcast::new());
+        let open = Arc::new(AtomicBool::new(false));
+        // Already true: no sleep at all.
+        let t = Instant::now();
+        assert!(room.wait(Duration::from_secs(10), || true));
+        assert!(t.elapsed() < Duration::from_secs(1));
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (room, open) = (room.clone(), open.clone());
+                std::thread::spawn(move || {
+                    let t = Instant::now();
+                    let ready = room.wait(Duration::from_secs(10), || open.load(Ordering::SeqCst));
+                    (ready, t.elapsed())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        open.store(true, Ordering::SeqCst);
+        room.notify_all();
+        for w in waiters {
+            let (ready, waited) = w.join().unwrap();
+            assert!(ready);
+            assert!(waited < Duration::from_secs(5), "{waited:?}");
+        }
+        // Nobody notifies: the timeout ends the sleep, condition false.
+        let t = Instant::now();
+        assert!(!room.wait(Duration::from_millis(20), || false));
+        assert!(t.elapsed() >= Duration::from_millis(20));
+    }
 
     #[test]
     fn parked_sleeper_is_woken_promptly() {

@@ -328,7 +328,9 @@ impl<S: DispatchSignal> Engine<S> {
                     self.push_record(Record::Intercept(call));
                 }
                 queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-                queue.slots.fetch_sub(b.slots(), Ordering::AcqRel);
+                if queue.release_slots(b.slots()) {
+                    self.ring_space.notify_all();
+                }
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
                 self.count_lost(1);
                 drop(b);

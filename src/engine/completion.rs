@@ -294,9 +294,13 @@ impl<S: DispatchSignal> Engine<S> {
             return;
         }
         let observed = boottime_ns();
+        let mut ring_target_reached = false;
         for entry in tracked.drain(..done) {
             serializer.release(entry.record.agent_index, entry.serial.as_ref());
-            self.complete(backend, entry, observed);
+            ring_target_reached |= self.complete(backend, entry, observed);
+        }
+        if ring_target_reached {
+            self.ring_space.notify_all();
         }
     }
 
@@ -434,7 +438,9 @@ impl<S: DispatchSignal> Engine<S> {
     /// packets will never run, so its signals can go back to the pool.
     fn abandon(&self, entry: InFlight<S>) {
         entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-        entry.queue.slots.fetch_sub(entry.slots(), Ordering::AcqRel);
+        if entry.queue.release_slots(entry.slots()) {
+            self.ring_space.notify_all();
+        }
         if entry.recorded {
             self.count_lost(1);
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -444,8 +450,9 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Retires one finished dispatch: forwards the app's signal (host
     /// forwarding), reads and clamps its times, gives its signals and ring
-    /// slots back, and hands its record to the writer.
-    fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) {
+    /// slots back, and hands its record to the writer. Returns whether a ring
+    /// waiter's target was reached (the caller wakes the waiters once).
+    fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) -> bool {
         let slots = entry.slots();
         if entry.host_forward != 0 {
             backend.forward(entry.host_forward);
@@ -453,9 +460,9 @@ impl<S: DispatchSignal> Engine<S> {
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing.
             entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-            entry.queue.slots.fetch_sub(slots, Ordering::AcqRel);
+            let reached = entry.queue.release_slots(slots);
             drop(entry);
-            return;
+            return reached;
         }
         let InFlight {
             mut record,
@@ -471,13 +478,14 @@ impl<S: DispatchSignal> Engine<S> {
         drop(serial);
         (record.start_ns, record.end_ns) = self.clamp_counted(record.enqueue_ns, observed, times);
         queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-        queue.slots.fetch_sub(slots, Ordering::AcqRel);
+        let reached = queue.release_slots(slots);
         self.push_record(Record::Dispatch(record));
         self.counters.completed.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
             self.writer_wake.notify();
         }
+        reached
     }
 
     /// [`clamp_times`], counting the timestamps it moved.

@@ -7,7 +7,7 @@
 //! the interceptor (`batch`) creates entries, the completion thread retires
 //! them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::ids;
@@ -27,8 +27,18 @@ pub struct QueueContext {
     /// Most ring slots rprof lets its traced packets occupy (0 = no limit).
     pub(super) slot_limit: u64,
     /// Ring slots held by traced kernels and their forwarding barriers that
-    /// have not been seen complete.
+    /// have not been seen complete. Taken by the interceptor, given back by
+    /// [`QueueContext::release_slots`].
     pub(super) slots: AtomicU64,
+    /// Interceptor threads asleep (or about to sleep) waiting for ring space
+    /// on this queue ([`QueueContext::ring_waiter`]).
+    ring_waiters: AtomicU32,
+    /// The highest slot count a ring waiter waits for: once `slots` falls to
+    /// it, the completion thread wakes the waiters. Meaningful only while
+    /// `ring_waiters` is not 0. All three are `SeqCst`, so that a waiter's
+    /// last look at `slots` and the completion thread's look at the waiters
+    /// cannot both miss the other's write.
+    ring_wake_at: AtomicU64,
     /// The runtime destroyed the queue: its unfinished packets never run.
     pub(super) destroyed: AtomicBool,
     /// A wait for ring space on this queue once ended without room (the
@@ -51,6 +61,8 @@ impl QueueContext {
             in_flight: AtomicU64::new(0),
             slot_limit: 0,
             slots: AtomicU64::new(0),
+            ring_waiters: AtomicU32::new(0),
+            ring_wake_at: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             ring_wait_gave_up: AtomicBool::new(false),
             last_writer: ids::LastWriter::default(),
@@ -99,9 +111,44 @@ impl QueueContext {
         self.slots.load(Ordering::Acquire)
     }
 
+    /// Gives back `n` ring slots; returns whether a ring waiter's target was
+    /// reached (the caller then wakes the waiters: [`super::Engine`]'s
+    /// `ring_space`).
+    pub(super) fn release_slots(&self, n: u64) -> bool {
+        let before = self.slots.fetch_sub(n, Ordering::SeqCst);
+        self.ring_waiters.load(Ordering::SeqCst) != 0
+            && before.saturating_sub(n) <= self.ring_wake_at.load(Ordering::SeqCst)
+    }
+
+    /// Registers the calling thread as waiting until the queue's slots fall
+    /// to `target`, until the returned guard is dropped.
+    pub(super) fn ring_waiter(&self, target: u64) -> RingWaiter<'_> {
+        self.ring_waiters.fetch_add(1, Ordering::SeqCst);
+        self.ring_wake_at.fetch_max(target, Ordering::SeqCst);
+        RingWaiter { queue: self }
+    }
+
     /// Dispatches of this queue submitted and not yet seen complete.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// A thread waiting for ring space on a queue ([`QueueContext::ring_waiter`]);
+/// dropping it ends the wait's registration.
+#[derive(Debug)]
+pub(super) struct RingWaiter<'a> {
+    queue: &'a QueueContext,
+}
+
+impl Drop for RingWaiter<'_> {
+    fn drop(&mut self) {
+        // The last waiter out resets the target. A waiter registering in
+        // between may lose its target to the reset: it then wakes at its
+        // wait's timeout instead of at once.
+        if self.queue.ring_waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.queue.ring_wake_at.store(0, Ordering::SeqCst);
+        }
     }
 }
 
@@ -190,7 +237,9 @@ impl<S> InFlight<S> {
     /// (the device may still write them; they must never be recycled).
     pub fn abandon(self) {
         self.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.queue.slots.fetch_sub(self.slots(), Ordering::AcqRel);
+        // Rare paths (shutdown, a full hand-off queue) that wake no ring
+        // waiter: one whose target this reaches wakes at its wait's tick.
+        self.queue.release_slots(self.slots());
         std::mem::forget(self.signal);
         if let Some(g) = self.serial {
             std::mem::forget(g.ready);

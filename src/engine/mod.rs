@@ -90,7 +90,7 @@ pub use writer::{CachedKernelNames, KernelNames, WriterOutcome};
 
 use crate::kernels::LoadedKernels;
 use crate::record::{Record, RunMetadata};
-use crate::wait::{poll_until, Pace, Wait, WakePoint};
+use crate::wait::{poll_until, Broadcast, Pace, Wait, WakePoint};
 use batch::{SpareStorage, SPARE_BATCHES};
 
 /// A timestamp signal owned by one in-flight dispatch. Dropping it gives it
@@ -222,6 +222,10 @@ pub struct Engine<S> {
     completion_wake: WakePoint,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,
+    /// Where interceptors sleep while they wait for ring space; the
+    /// completion thread wakes them when a waiting queue's slots fall to
+    /// its waiters' target (`ring`).
+    ring_space: Broadcast,
     /// The writer thread is gone (panicked).
     writer_gone: AtomicBool,
     /// The completion thread is gone (panicked).
@@ -310,6 +314,7 @@ impl<S: DispatchSignal> Engine<S> {
             records: ArrayQueue::new(options.record_queue.max(2)),
             completion_wake: WakePoint::new(),
             urgent: AtomicBool::new(false),
+            ring_space: Broadcast::new(),
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),
             completion_passes: AtomicU64::new(0),
@@ -421,6 +426,7 @@ impl<S: DispatchSignal> Engine<S> {
     pub fn stop_guard(&self) {
         self.keep_guard.store(false, Ordering::Release);
         self.completion_wake.notify();
+        self.ring_space.notify_all();
     }
 
     /// Whether the completion thread has settled every recorded dispatch
@@ -511,6 +517,7 @@ impl<S: DispatchSignal> Engine<S> {
         let left = self.in_flight();
         self.state.fetch_max(STOP_COMPLETION, Ordering::AcqRel);
         self.completion_wake.notify();
+        self.ring_space.notify_all();
         left
     }
 
@@ -520,6 +527,7 @@ impl<S: DispatchSignal> Engine<S> {
         self.completion_gone.store(true, Ordering::Release);
         self.stop_tracing_now();
         self.writer_wake.notify();
+        self.ring_space.notify_all();
     }
 
     /// The writer thread died: records are dropped (counted) instead of

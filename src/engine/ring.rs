@@ -13,16 +13,20 @@
 //! holds only what rprof knows about the runtime's intercept queue.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rprof_abi::packet::RawPacket;
 
-use super::{DispatchSignal, Engine, QueueContext, INTERCEPTOR_PACE, RING_STALL};
-use crate::wait::Wait;
+use super::{DispatchSignal, Engine, QueueContext, RING_STALL};
 
 /// Looks an interceptor takes at a full ring, after the last slot came back,
-/// before a [`RING_STALL`] counts (64 yields, then 50 µs naps: about 10 ms).
+/// before a [`RING_STALL`] counts (at least a quarter of a second of ticks).
 const STALL_ROUNDS: u32 = 256;
+
+/// Longest an interceptor waiting for ring space sleeps before it looks
+/// again by itself (the completion thread normally wakes it when the queue
+/// has drained to its target).
+const RING_WAIT_TICK: Duration = Duration::from_millis(2);
 
 /// Passes the completion thread makes, after the last slot came back, before
 /// a [`RING_STALL`] counts (an interceptor that waits wakes it every 16th
@@ -54,9 +58,14 @@ impl<S: DispatchSignal> Engine<S> {
     /// on the first round of a wait and every 16th after.
     pub(super) fn wake_urgently(&self, round: u32) {
         if round % 16 == 0 {
-            self.urgent.store(true, Ordering::Release);
-            self.completion_wake.notify();
+            self.poll_now();
         }
+    }
+
+    /// Asks the completion thread for a full pass at once.
+    fn poll_now(&self) {
+        self.urgent.store(true, Ordering::Release);
+        self.completion_wake.notify();
     }
 
     /// Ring slots the traced form of `packets` takes at most: each kernel,
@@ -76,6 +85,12 @@ impl<S: DispatchSignal> Engine<S> {
     /// Waits until the queue's ring has room for `slots` more traced slots
     /// (see [`QueueContext::with_ring`]); returns whether there is room.
     ///
+    /// The thread sleeps in `ring_space` until the completion thread has
+    /// given back enough of the queue's slots (it wakes the queue's waiters
+    /// once their target is reached: one wake-up per wait, not one per nap),
+    /// looking again every [`RING_WAIT_TICK`] in case a wake-up was missed or
+    /// the completion thread sleeps (then it asks for a pass at once).
+    ///
     /// The wait ends without room after [`RING_STALL`] in which none of the
     /// queue's traced packets finished (or [`EngineOptions::pool_wait`] in
     /// all): the device cannot make progress on this queue by itself (its
@@ -89,6 +104,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// thread at a time) has not seen a stuck device, and giving up costs
     /// dispatches (and, on ROCr 5.2.3, whose intercept queue asserts when two
     /// packets in a row find its ring full, can abort the app).
+    ///
+    /// [`EngineOptions::pool_wait`]: super::EngineOptions::pool_wait
     pub(super) fn wait_for_ring_space(&self, queue: &QueueContext, slots: u64) -> bool {
         if queue.slot_limit == 0 || slots == 0 {
             return true;
@@ -107,11 +124,17 @@ impl<S: DispatchSignal> Engine<S> {
         // submits what fits of it and the rest after a retry barrier).
         let low_water = queue.slot_limit - queue.slot_limit / 8;
         let target = low_water.saturating_sub(need);
-        let mut progress = Instant::now();
-        let mut wait = Wait::until(progress + self.options.pool_wait, INTERCEPTOR_PACE);
+        let _waiter = queue.ring_waiter(target);
+        let start = Instant::now();
+        let deadline = start + self.options.pool_wait;
+        let mut progress = start;
         let mut last = queue.slots_in_use();
         let mut passes_at_progress = self.completion_passes.load(Ordering::Acquire);
+        let mut rounds: u32 = 0;
         let mut rounds_at_progress = 0;
+        // Whether slots came back since the last look: if not, the next
+        // look asks the completion thread for a pass at once.
+        let mut moved = false;
         loop {
             let now_in_use = queue.slots_in_use();
             if now_in_use <= target {
@@ -121,22 +144,31 @@ impl<S: DispatchSignal> Engine<S> {
                 // Nothing traced any more: the completion thread is gone.
                 return queue.slots_in_use() + need <= queue.slot_limit;
             }
+            let now = Instant::now();
             if now_in_use < last {
                 last = now_in_use;
-                progress = Instant::now();
+                progress = now;
                 passes_at_progress = self.completion_passes.load(Ordering::Acquire);
-                rounds_at_progress = wait.rounds();
+                rounds_at_progress = rounds;
+                moved = true;
             }
-            let stalled = progress.elapsed() >= RING_STALL
-                && wait.rounds() - rounds_at_progress >= STALL_ROUNDS
+            let stalled = now.duration_since(progress) >= RING_STALL
+                && rounds - rounds_at_progress >= STALL_ROUNDS
                 && self.completion_passes.load(Ordering::Acquire) - passes_at_progress
                     >= STALL_PASSES;
-            if stalled || wait.expired() {
+            if stalled || now >= deadline {
                 queue.ring_wait_gave_up.store(true, Ordering::Release);
                 return queue.slots_in_use() + need <= queue.slot_limit;
             }
-            self.wake_urgently(wait.rounds());
-            wait.pause();
+            if !moved {
+                self.poll_now();
+            }
+            moved = false;
+            self.ring_space
+                .wait(RING_WAIT_TICK.min(deadline - now), || {
+                    queue.slots_in_use() <= target || !self.is_guarding()
+                });
+            rounds = rounds.saturating_add(1);
         }
     }
 }

@@ -1506,6 +1506,51 @@ fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
     assert_eq!(device.kernels.load(Ordering::SeqCst), 7);
 }
 
+/// Voluntary context switches of the calling thread so far (Linux).
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_ring_wait_sleeps_until_the_completion_thread_gives_slots_back() {
+    // The interceptor waiting for ring space used to nap 50 µs at a time
+    // (a sleep and a wake-up every ~100 µs, thousands per second of
+    // waiting, each waking the completion thread every 16th time). It now
+    // sleeps until the completion thread has given back the queue's
+    // slots, looking by itself only every RING_WAIT_TICK.
+    let h = ring_guard_harness(Duration::from_secs(10));
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
+    h.signals.reads_paused.store(true, Ordering::SeqCst);
+    for _ in 0..6 {
+        h.submit(&q, &[kernel_packet(1, 2000)]);
+    }
+    let pause = Duration::from_millis(300);
+    let resume = {
+        let signals = h.signals.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(pause);
+            signals.reads_paused.store(false, Ordering::SeqCst);
+        })
+    };
+    let (t, switches) = (Instant::now(), voluntary_switches());
+    h.submit(&q, &[kernel_packet(1, 2000)]);
+    let (waited, slept) = (t.elapsed(), voluntary_switches() - switches);
+    resume.join().unwrap();
+    assert!(waited >= pause - Duration::from_millis(50), "{waited:?}");
+    assert!(waited < pause + Duration::from_millis(500), "{waited:?}");
+    // 300 ms at one look per 2 ms tick is 150; 50 µs naps were thousands.
+    assert!(slept < 600, "{slept} sleeps in {waited:?}");
+    let (outcome, collected, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 7);
+    assert_eq!(collected.dispatches.len(), 7);
+    assert_eq!(q.slots_in_use(), 0);
+}
+
 #[test]
 fn a_queue_whose_head_waits_for_the_host_stops_waiting_for_ring_space_after_one_stall() {
     // The app's queue starts with a barrier on a host signal that the
