@@ -518,7 +518,7 @@ impl<S: DispatchSignal> Engine<S> {
             // (its head moved on, the slot not yet marked free), and a push
             // into it spins, without yielding, until the writer is back
             // on a core: on 2 busy cores, an app thread or the completion
-            // thread spinning for a nice-10 writer's whole time off the
+            // thread spinning for a starved writer's whole time off the
             // core (perf, traced 204,800-dispatch storm on ROCr 6.4.3:
             // 546 of the completion thread's 690 samples and 288 of the
             // app thread's were in that spin; 21 and 99 after). Waiting

@@ -292,8 +292,9 @@ pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> 
 /// app's exit waits on the writer's join; a nap is ~100 µs with the default
 /// timer slack, so the first rounds yield).
 const JOIN_PACE: Pace = Pace::new(64, Duration::from_micros(50));
-/// How an interceptor waits for ring space or signals: 64 yields, then
-/// naps of 50 µs (each round may wake the completion thread).
+/// How an interceptor waits for signals from the pool: 64 yields, then naps
+/// of 50 µs (each round may wake the completion thread). Waits for ring
+/// space sleep until woken instead (`ring`).
 const INTERCEPTOR_PACE: Pace = Pace::new(64, Duration::from_micros(50));
 /// How shutdown waits for interceptor calls in progress.
 const CALLS_PACE: Pace = Pace::naps(Duration::from_micros(50));

@@ -1,6 +1,6 @@
-//! rprof's two background threads: the engine's completion thread, with
-//! the app's share of the CPU, and its writer thread, at a lower priority,
-//! spawned at `OnLoad`.
+//! rprof's two background threads, the engine's completion thread and its
+//! writer thread, both with the app's share of the CPU and without wake-up
+//! preemption, spawned at `OnLoad`.
 //!
 //! Owns spawning them, their names and priority, and what a panic in one of
 //! them degrades to; must not hold tracing logic (that is
@@ -21,36 +21,22 @@ use crate::signals::{PooledSignal, RocrBackend};
 /// The completion and writer threads.
 pub(super) type Threads = (JoinHandle<()>, JoinHandle<WriterOutcome>);
 
-/// Nice value of rprof's writer thread.
-const BACKGROUND_NICE: libc::c_int = 10;
-
-/// Lowers the calling thread's scheduling priority: where cores are scarce,
-/// rprof's writer gives way to the application (and, on the emulated GPU,
-/// to the command processor). Nothing it does is time-critical: it only
-/// turns finished records into files.
-///
-/// The completion thread keeps the app's share of the CPU instead
-/// ([`no_wakeup_preemption`]): the app waits for it wherever rprof stands
-/// between a completion and the app (a memory copy's signal, a
-/// host-forwarded signal, a serialized kernel's grant, ring space), and at
-/// nice 10 it gave way, where cores are scarce, to the very threads waiting
-/// for it (`docs/performance.md`, session 10).
-fn yield_to_the_app() {
-    // SAFETY: gettid and setpriority on the calling thread only; failure
-    // (e.g. a sandbox forbidding it) leaves the default priority.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE);
-    }
-}
-
 /// Makes the calling thread `SCHED_BATCH`: the app's share of the CPU (its
 /// nice value stays the app's), but a wake-up does not preempt the thread
-/// that runs. The completion thread wakes every few tens of microseconds
-/// while kernels finish; preempting the app (or, on the emulated GPU, the
-/// command processor) each time cost the 20 µs mix 2-3 % at the plain
-/// policy, while nice 10 kept it waiting where the app waits for it. A
-/// thread may always choose this policy; failure leaves the default.
+/// that runs. Both of rprof's threads run so.
+///
+/// The completion thread wakes every few tens of microseconds while kernels
+/// finish; preempting the app (or, on the emulated GPU, the command
+/// processor) each time cost the 20 µs mix 2-3 % at the plain policy, while
+/// nice 10 kept it waiting where the app waits for it (a memory copy's
+/// signal, a host-forwarded signal, a serialized kernel's grant, ring
+/// space). The writer ran at nice 10 until Nov 27 (session 14): where cores
+/// are scarce it was starved, so its backlog filled the record queue (the
+/// completion thread then waited for it, and the ring guard for the
+/// completion thread) and was written at exit while the app waited; at the
+/// app's share the graph storm's kernel phase and exit shortened on every
+/// runtime (`docs/performance.md`). A thread may always choose this policy;
+/// failure leaves the default.
 fn no_wakeup_preemption() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
@@ -137,7 +123,7 @@ pub(super) fn start(
     let writer = std::thread::Builder::new()
         .name("rprof-writer".into())
         .spawn(move || {
-            yield_to_the_app();
+            no_wakeup_preemption();
             let e = engine.clone();
             let outcome = guarded(
                 "the writer thread",
