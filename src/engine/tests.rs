@@ -1470,6 +1470,26 @@ fn ring_guard_harness(pool_wait: Duration) -> Harness {
     )
 }
 
+/// A ring guard harness whose queue's 12 slots are taken (6 kernels with
+/// their forwarding barriers) while the completion thread reads no signal;
+/// reads resume after `pause` (the returned thread).
+fn full_ring_with_reads_paused_for(
+    pause: Duration,
+) -> (Harness, Arc<QueueContext>, std::thread::JoinHandle<()>) {
+    let h = ring_guard_harness(Duration::from_secs(10));
+    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16));
+    h.signals.reads_paused.store(true, Ordering::SeqCst);
+    for _ in 0..6 {
+        h.submit(&q, &[kernel_packet(1, 2000)]);
+    }
+    let signals = h.signals.clone();
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(pause);
+        signals.reads_paused.store(false, Ordering::SeqCst);
+    });
+    (h, q, resume)
+}
+
 #[test]
 fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
     // The device finishes every kernel, but the completion thread cannot
@@ -1477,21 +1497,8 @@ fn a_completion_thread_kept_off_the_cpu_is_not_a_stuck_device() {
     // time). The interceptor waiting for ring space meanwhile sees no slot
     // come back; that is no stall of the device: it keeps waiting, and its
     // kernel is traced once the completion thread runs again.
-    let h = ring_guard_harness(Duration::from_secs(10));
-    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
-    h.signals.reads_paused.store(true, Ordering::SeqCst);
-    // 6 kernels with their forwarding barriers take the 12 slots.
-    for _ in 0..6 {
-        h.submit(&q, &[kernel_packet(1, 2000)]);
-    }
     let pause = Duration::from_millis(1500);
-    let resume = {
-        let signals = h.signals.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(pause);
-            signals.reads_paused.store(false, Ordering::SeqCst);
-        })
-    };
+    let (h, q, resume) = full_ring_with_reads_paused_for(pause);
     let t = Instant::now();
     h.submit(&q, &[kernel_packet(1, 2000)]);
     let waited = t.elapsed();
@@ -1523,20 +1530,8 @@ fn a_ring_wait_sleeps_until_the_completion_thread_gives_slots_back() {
     // waiting, each waking the completion thread every 16th time). It now
     // sleeps until the completion thread has given back the queue's
     // slots, looking by itself only every RING_WAIT_TICK.
-    let h = ring_guard_harness(Duration::from_secs(10));
-    let q = Arc::new(QueueContext::with_ring(1, 0, 0, 16)); // 12 slots
-    h.signals.reads_paused.store(true, Ordering::SeqCst);
-    for _ in 0..6 {
-        h.submit(&q, &[kernel_packet(1, 2000)]);
-    }
     let pause = Duration::from_millis(300);
-    let resume = {
-        let signals = h.signals.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(pause);
-            signals.reads_paused.store(false, Ordering::SeqCst);
-        })
-    };
+    let (h, q, resume) = full_ring_with_reads_paused_for(pause);
     let (t, switches) = (Instant::now(), voluntary_switches());
     h.submit(&q, &[kernel_packet(1, 2000)]);
     let (waited, slept) = (t.elapsed(), voluntary_switches() - switches);
