@@ -20,7 +20,8 @@ use rprof_abi::packet::RawPacket;
 use super::{DispatchSignal, Engine, QueueContext, RING_STALL};
 
 /// Looks an interceptor takes at a full ring, after the last slot came back,
-/// before a [`RING_STALL`] counts (at least a quarter of a second of ticks).
+/// before a [`RING_STALL`] counts (about half a second of [`RING_WAIT_TICK`]s
+/// when nothing wakes it).
 const STALL_ROUNDS: u32 = 256;
 
 /// Longest an interceptor waiting for ring space sleeps before it looks
@@ -29,8 +30,9 @@ const STALL_ROUNDS: u32 = 256;
 const RING_WAIT_TICK: Duration = Duration::from_millis(2);
 
 /// Passes the completion thread makes, after the last slot came back, before
-/// a [`RING_STALL`] counts (an interceptor that waits wakes it every 16th
-/// round, so a running completion thread makes these in milliseconds).
+/// a [`RING_STALL`] counts (an interceptor that waits asks for a pass at
+/// every tick in which nothing came back, so a running completion thread
+/// makes these within a second).
 const STALL_PASSES: u64 = 64;
 
 /// Slots `packets` take in the hardware ring once the runtime's intercept
