@@ -134,9 +134,6 @@ impl<S: DispatchSignal> Engine<S> {
         let mut passes_at_progress = self.completion_passes.load(Ordering::Acquire);
         let mut rounds: u32 = 0;
         let mut rounds_at_progress = 0;
-        // Whether slots came back since the last look: if not, the next
-        // look asks the completion thread for a pass at once.
-        let mut moved = false;
         loop {
             let now_in_use = queue.slots_in_use();
             if now_in_use <= target {
@@ -147,12 +144,14 @@ impl<S: DispatchSignal> Engine<S> {
                 return queue.slots_in_use() + need <= queue.slot_limit;
             }
             let now = Instant::now();
-            if now_in_use < last {
+            // Slots came back since the last look; if not, this look asks
+            // the completion thread for a pass at once.
+            let moved = now_in_use < last;
+            if moved {
                 last = now_in_use;
                 progress = now;
                 passes_at_progress = self.completion_passes.load(Ordering::Acquire);
                 rounds_at_progress = rounds;
-                moved = true;
             }
             let stalled = now.duration_since(progress) >= RING_STALL
                 && rounds - rounds_at_progress >= STALL_ROUNDS
@@ -165,7 +164,6 @@ impl<S: DispatchSignal> Engine<S> {
             if !moved {
                 self.poll_now();
             }
-            moved = false;
             self.ring_space
                 .wait(RING_WAIT_TICK.min(deadline - now), || {
                     queue.slots_in_use() <= target || !self.is_guarding()
