@@ -34,9 +34,10 @@ pub(super) type Threads = (JoinHandle<()>, JoinHandle<WriterOutcome>);
 /// are scarce it was starved, so its backlog filled the record queue (the
 /// completion thread then waited for it, and the ring guard for the
 /// completion thread) and was written at exit while the app waited; at the
-/// app's share the graph storm's kernel phase and exit shortened on every
-/// runtime (`docs/performance.md`). A thread may always choose this policy;
-/// failure leaves the default.
+/// app's share the graph storm's kernel phase and exit shortened on ROCr
+/// 6.1 and 6.4 (on 5.2 two series disagreed, and the 20 µs mix nets to
+/// about nothing: `docs/performance.md`). A thread may always choose this
+/// policy; failure leaves the default.
 fn no_wakeup_preemption() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
