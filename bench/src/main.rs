@@ -17,7 +17,8 @@
 //! - `graph_storm K I` (HIP): a graph of K near-zero kernels launched I
 //!   times: whole-run wall time, trace size, resident memory; repeated for
 //!   several I to plot overhead against dispatch count (SVG);
-//! - the same storm with 20 µs kernels (the "realistic mix");
+//! - the same storm with 20 µs kernels (the "realistic mix"), also launched
+//!   ten times as often, where the per-process cost is spread thin;
 //! - `hip/memcpy_mix ROUNDS` (hip-tests): copies between kernels, for the
 //!   cost of `--memory-copy-trace` and `--sys-trace`;
 //! - `roctx_storm N` (hip-tests, linked to the runtime's ROCTx library, built
