@@ -242,11 +242,14 @@ impl Session {
         if !config.tuning.clock_gettime_only {
             rprof_abi::clock::enable_fast_clock();
         }
-        let sinks = open_outputs(config)
-            .map_err(|e| format!("cannot create the output files: {e}; {UNTRACED}"))?;
         let pool_size = pool_size(config);
-        let pool = open_signal_pool(rt, pool_size)?;
-        let engine = Arc::new(Engine::new(engine_options(config, pool_size)));
+        let (engine, (sinks, pool)) =
+            build_engine_beside(engine_options(config, pool_size), || {
+                let sinks = open_outputs(config)
+                    .map_err(|e| format!("cannot create the output files: {e}; {UNTRACED}"))?;
+                Ok((sinks, open_signal_pool(rt, pool_size)?))
+            })?;
+        let engine = Arc::new(engine);
         let run = run_info::of_this_process();
         let session: &'static Session = Box::leak(Box::new(Session {
             rt,
@@ -268,6 +271,33 @@ impl Session {
         *lock(&session.threads) = Some(threads);
         Ok(session)
     }
+}
+
+/// Builds the engine on a helper thread while `beside` runs on this one
+/// (the app's, inside `hsa_init`): the engine's queues are ~2 MB written
+/// once when built, a first-touch page fault per 4 KiB (0.9–1.0 ms on ROCr
+/// 6.4.3 over the emulated GPU), and opening the outputs and the signal
+/// pool takes 0.7–0.9 ms. Builds it here if no thread can be started.
+fn build_engine_beside<T>(
+    options: EngineOptions,
+    beside: impl FnOnce() -> Result<T, String>,
+) -> Result<(Engine<PooledSignal>, T), String> {
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("rprof-start".into())
+            .spawn_scoped(scope, {
+                let options = options.clone();
+                move || Engine::new(options)
+            });
+        let other = beside();
+        let engine = match helper {
+            Ok(h) => h
+                .join()
+                .map_err(|_| format!("building the engine failed; {UNTRACED}"))?,
+            Err(_) => Engine::new(options),
+        };
+        Ok((engine, other?))
+    })
 }
 
 /// The signal pool's size: the configured one, and at least the signals one
