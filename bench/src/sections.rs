@@ -247,54 +247,63 @@ pub fn storm(o: &Options, w: &Workloads, report: &mut String) -> Result<Vec<Poin
 /// median good to about ±0.01.
 const MIX_PAIRS_PER_REP: usize = 3;
 
+/// The storm with 20 µs kernels, `launches` graph launches, `o.reps` pairs:
+/// the median wall ratio, the 95 % interval of the median, the range and
+/// the untraced median wall time.
+struct MixRatio {
+    median: f64,
+    ci: (f64, f64),
+    range: (f64, f64),
+    untraced_s: f64,
+}
+
+fn mix_ratio(o: &Options, w: &Workloads, tag: &str, launches: &str) -> Result<MixRatio, Error> {
+    let p = pair(
+        o,
+        tag,
+        &[("RPROF_EMU_KERNEL_NS", "20000")],
+        &[&w.storm, "256", launches],
+    )?;
+    let ratios = wall_ratios(&p.a, &p.b);
+    Ok(MixRatio {
+        median: median(&ratios),
+        ci: median_ci95(&ratios),
+        range: range(&ratios),
+        untraced_s: median_of(&p.a, |r| r.wall_s),
+    })
+}
+
 /// Section 4: Realistic mix: 20 µs kernels; then the same kernels launched
 /// ten times as often (a third of the pairs), where the per-process cost
 /// (start-up and exit) no longer decides the ratio.
 pub fn mix(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Error> {
     let launches = if o.quick { "5" } else { "20" };
-    let o = &Options {
+    let short = Options {
         reps: o.reps * MIX_PAIRS_PER_REP,
         ..o.clone()
     };
-    let p = pair(
-        o,
-        "mix",
-        &[("RPROF_EMU_KERNEL_NS", "20000")],
-        &[&w.storm, "256", launches],
-    )?;
-    let ratios = wall_ratios(&p.a, &p.b);
-    let (lo, hi) = range(&ratios);
-    let (ci_lo, ci_hi) = median_ci95(&ratios);
+    let m = mix_ratio(&short, w, "mix", launches)?;
     let _ = writeln!(
         report,
-        "\n[realistic mix: the storm with 20 us kernels, {} pairs]\n  ratio {:.3} (95% interval of the median {ci_lo:.3}-{ci_hi:.3}; range {lo:.3}-{hi:.3}; target <= 1.02)",
-        o.reps,
-        median(&ratios)
+        "\n[realistic mix: the storm with 20 us kernels, {} pairs]\n  ratio {:.3} (95% interval of the median {:.3}-{:.3}; range {:.3}-{:.3}; target <= 1.02)",
+        short.reps, m.median, m.ci.0, m.ci.1, m.range.0, m.range.1
     );
     // The same kernels ten times as often: the per-process cost (start-up
     // and exit, a few ms on ROCr >= 6) is spread over a ~1.4 s run, so the
     // ratio shows what rprof adds per dispatch of a 20 us kernel.
-    let long_launches = if o.quick { "20" } else { "200" };
-    let long = Options {
-        reps: o.reps / MIX_PAIRS_PER_REP,
-        ..o.clone()
-    };
-    let p = pair(
-        &long,
-        "mixlong",
-        &[("RPROF_EMU_KERNEL_NS", "20000")],
-        &[&w.storm, "256", long_launches],
-    )?;
-    let ratios = wall_ratios(&p.a, &p.b);
-    let (lo, hi) = range(&ratios);
-    let (ci_lo, ci_hi) = median_ci95(&ratios);
+    let long_launches: u32 = if o.quick { 20 } else { 200 };
+    let m = mix_ratio(o, w, "mixlong", &long_launches.to_string())?;
     let _ = writeln!(
         report,
-        "  the same kernels x {long_launches} launches ({} dispatches, {} pairs; the per-process cost spread thin): ratio {:.3} (95% interval {ci_lo:.3}-{ci_hi:.3}; range {lo:.3}-{hi:.3}; untraced median {:.3} s)",
-        256 * long_launches.parse::<u32>().unwrap_or(0),
-        long.reps,
-        median(&ratios),
-        median_of(&p.a, |r| r.wall_s)
+        "  the same kernels x {long_launches} launches ({} dispatches, {} pairs; the per-process cost spread thin): ratio {:.3} (95% interval {:.3}-{:.3}; range {:.3}-{:.3}; untraced median {:.3} s)",
+        256 * long_launches,
+        o.reps,
+        m.median,
+        m.ci.0,
+        m.ci.1,
+        m.range.0,
+        m.range.1,
+        m.untraced_s
     );
     Ok(())
 }
