@@ -247,8 +247,8 @@ pub fn storm(o: &Options, w: &Workloads, report: &mut String) -> Result<Vec<Poin
 /// median good to about ±0.01.
 const MIX_PAIRS_PER_REP: usize = 3;
 
-/// The storm with 20 µs kernels, `launches` graph launches, `o.reps` pairs:
-/// the median wall ratio, the 95 % interval of the median, the range and
+/// What one mix measurement gives: the median wall ratio (traced over
+/// untraced), the 95 % interval of that median, the range of the ratios and
 /// the untraced median wall time.
 struct MixRatio {
     median: f64,
@@ -257,6 +257,8 @@ struct MixRatio {
     untraced_s: f64,
 }
 
+/// The storm with 20 µs kernels and `launches` graph launches, `o.reps`
+/// alternating pairs.
 fn mix_ratio(o: &Options, w: &Workloads, tag: &str, launches: &str) -> Result<MixRatio, Error> {
     let p = pair(
         o,
