@@ -30,7 +30,7 @@
 //! [`Doubling`] is the completion thread's exponential sleep between polls.
 
 use std::sync::atomic::{fence, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::sync::{Parker, Unparker};
@@ -295,17 +295,14 @@ impl Broadcast {
     /// may be a timeout, a notify for another waiter's condition, or
     /// spurious).
     pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) -> bool {
-        let guard = match self.lock.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         if ready() {
             return true;
         }
-        let guard = match self.cond.wait_timeout(guard, timeout) {
-            Ok((g, _)) => g,
-            Err(p) => p.into_inner().0,
-        };
+        let (guard, _) = self
+            .cond
+            .wait_timeout(guard, timeout)
+            .unwrap_or_else(PoisonError::into_inner);
         drop(guard);
         ready()
     }
@@ -314,10 +311,7 @@ impl Broadcast {
     pub fn notify_all(&self) {
         // Taking the mutex orders this notify after any waiter's check of
         // its condition: one that checked before the change now sleeps.
-        drop(match self.lock.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        });
+        drop(self.lock.lock().unwrap_or_else(PoisonError::into_inner));
         self.cond.notify_all();
     }
 }
