@@ -25,19 +25,26 @@ use rprof_core::wait::{poll_until, Pace};
 
 use super::doorbell_event::FreshEventHold;
 use super::interceptor::{interceptor, QueueState};
-use super::{guarded, kernel_symbols, lock, session, Session};
+use super::{guarded, kernel_symbols, lock, runtime, session, Session};
 use crate::runtime::edit_core_table;
 
 /// How long `hsa_queue_destroy` waits for the queue's traced dispatches.
 const QUEUE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Replaces the entries `config` needs in the runtime's core table.
+/// Replaces the entries `config` needs in the runtime's core table. `s` is
+/// the session when `OnLoad` built it itself (the RPC and copy hooks hold
+/// the engine; their configurations always start so); `None` while it
+/// starts beside the app, when the hooks find it through `session()`.
 ///
 /// # Safety
 /// `table` is the table given to `OnLoad`, validated by
 /// [`crate::runtime::Runtime::from_tables`]; called inside `hsa_init`
 /// before any app call.
-pub(super) unsafe fn install(table: *mut HsaApiTable, config: &TraceConfig, s: &'static Session) {
+pub(super) unsafe fn install(
+    table: *mut HsaApiTable,
+    config: &TraceConfig,
+    s: Option<&'static Session>,
+) {
     // SAFETY: as this function's contract: `from_tables` found every entry
     // replaced here present.
     unsafe {
@@ -49,47 +56,45 @@ pub(super) unsafe fn install(table: *mut HsaApiTable, config: &TraceConfig, s: &
                 core.hsa_queue_destroy_fn = Some(hook_queue_destroy);
                 core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
             }
-            if config.rpc_trace {
+            if let (true, Some(s)) = (config.rpc_trace, s) {
                 crate::rpc_wait::install(core, s.engine.clone());
             }
         })
     };
-    if config.memory_copy_trace {
+    if let (true, Some(s)) = (config.memory_copy_trace, s) {
         // SAFETY: as above.
         unsafe { super::copies::install(table, s) };
     }
 }
 
 unsafe extern "C" fn hook_init() -> hsa_status_t {
-    let Some(s) = session() else {
-        return HSA_STATUS_ERROR;
-    };
-    let Some(init) = s.rt.core.hsa_init_fn else {
+    let Some(init) = runtime().and_then(|rt| rt.core.hsa_init_fn) else {
         return HSA_STATUS_ERROR;
     };
     // SAFETY: the runtime's own hsa_init.
     let status = unsafe { init() };
     if status == HSA_STATUS_SUCCESS {
-        s.init_depth.fetch_add(1, Ordering::AcqRel);
+        if let Some(s) = session() {
+            s.init_depth.fetch_add(1, Ordering::AcqRel);
+        }
     }
     status
 }
 
 unsafe extern "C" fn hook_shut_down() -> hsa_status_t {
-    let Some(s) = session() else {
-        return HSA_STATUS_ERROR;
-    };
-    guarded(
-        "hsa_shut_down",
-        || (),
-        || {
-            if s.init_depth.fetch_sub(1, Ordering::AcqRel) == 1 {
-                s.finish("hsa_shut_down", false);
-                s.end_guard();
-            }
-        },
-    );
-    let Some(shut_down) = s.rt.core.hsa_shut_down_fn else {
+    if let Some(s) = session() {
+        guarded(
+            "hsa_shut_down",
+            || (),
+            || {
+                if s.init_depth.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    s.finish("hsa_shut_down", false);
+                    s.end_guard();
+                }
+            },
+        );
+    }
+    let Some(shut_down) = runtime().and_then(|rt| rt.core.hsa_shut_down_fn) else {
         return HSA_STATUS_ERROR;
     };
     // SAFETY: the runtime's own hsa_shut_down.
@@ -166,13 +171,12 @@ unsafe extern "C" fn hook_queue_create(
         group_segment_size,
         queue,
     };
-    let Some(s) = session() else {
+    let Some(original) = runtime().and_then(|rt| rt.core.hsa_queue_create_fn) else {
         return HSA_STATUS_ERROR;
     };
-    let Some(original) = s.rt.core.hsa_queue_create_fn else {
-        return HSA_STATUS_ERROR;
-    };
-    match guarded("hsa_queue_create", || None, || create_traced_queue(s, args)) {
+    let traced = session()
+        .and_then(|s| guarded("hsa_queue_create", || None, || create_traced_queue(s, args)));
+    match traced {
         Some(status) => status,
         // SAFETY: the runtime's own hsa_queue_create with the app's arguments.
         None => unsafe { args.call(original) },
@@ -233,30 +237,29 @@ fn register_interceptor(
 }
 
 unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t {
-    let Some(s) = session() else {
+    let Some(original) = runtime().and_then(|rt| rt.core.hsa_queue_destroy_fn) else {
         return HSA_STATUS_ERROR;
     };
-    let Some(original) = s.rt.core.hsa_queue_destroy_fn else {
-        return HSA_STATUS_ERROR;
-    };
-    let state = guarded(
-        "hsa_queue_destroy",
-        || None,
-        || {
-            let raw = lock(&s.queues).remove(&(queue as usize))?;
-            // SAFETY: `raw` is alive: its `Arc` is released only below.
-            let ctx = unsafe { &(*raw).ctx };
-            // Let the queue's traced kernels finish before the queue goes away,
-            // so none of them is lost (bounded: an app may destroy a queue with
-            // work that never ends).
-            poll_until(
-                Instant::now() + QUEUE_DRAIN_TIMEOUT,
-                Pace::naps(Duration::from_micros(100)),
-                || ctx.in_flight() == 0,
-            );
-            Some(raw)
-        },
-    );
+    let state = session().and_then(|s| {
+        guarded(
+            "hsa_queue_destroy",
+            || None,
+            || {
+                let raw = lock(&s.queues).remove(&(queue as usize))?;
+                // SAFETY: `raw` is alive: its `Arc` is released only below.
+                let ctx = unsafe { &(*raw).ctx };
+                // Let the queue's traced kernels finish before the queue goes away,
+                // so none of them is lost (bounded: an app may destroy a queue with
+                // work that never ends).
+                poll_until(
+                    Instant::now() + QUEUE_DRAIN_TIMEOUT,
+                    Pace::naps(Duration::from_micros(100)),
+                    || ctx.in_flight() == 0,
+                );
+                Some(raw)
+            },
+        )
+    });
     // SAFETY: the runtime's own hsa_queue_destroy on the app's queue.
     let status = unsafe { original(queue) };
     if let Some(raw) = state {
@@ -272,20 +275,19 @@ unsafe extern "C" fn hook_executable_freeze(
     executable: hsa_executable_t,
     options: *const c_char,
 ) -> hsa_status_t {
-    let Some(s) = session() else {
-        return HSA_STATUS_ERROR;
-    };
-    let Some(original) = s.rt.core.hsa_executable_freeze_fn else {
+    let Some(original) = runtime().and_then(|rt| rt.core.hsa_executable_freeze_fn) else {
         return HSA_STATUS_ERROR;
     };
     // SAFETY: the runtime's own freeze with the app's arguments.
     let status = unsafe { original(executable, options) };
     if status == HSA_STATUS_SUCCESS {
-        guarded(
-            "hsa_executable_freeze",
-            || (),
-            || kernel_symbols::record(s, executable),
-        );
+        if let Some(s) = session() {
+            guarded(
+                "hsa_executable_freeze",
+                || (),
+                || kernel_symbols::record(s, executable),
+            );
+        }
     }
     status
 }

@@ -16,7 +16,8 @@
 //! - `interceptor`: the queue interceptor, its per-queue state and the wait
 //!   for room in ROCr 6's hardware ring;
 //! - `flush`: the bounded end of the trace;
-//! - `lifecycle`: exit, quick_exit, fork, SIGTERM / SIGINT and `OnUnload`.
+//! - `lifecycle`: exit, quick_exit, fork, SIGTERM / SIGINT and `OnUnload`;
+//! - `start_gate`: the wait for a session that starts beside the app.
 //!
 //! The configuration (`RPROF_*`, tuning knobs included) is read and
 //! validated by `rprof_core::config`, never here.
@@ -37,6 +38,7 @@ mod interceptor;
 mod kernel_symbols;
 mod lifecycle;
 mod run_info;
+mod start_gate;
 mod threads;
 
 use std::collections::HashMap;
@@ -44,6 +46,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use hsa_sys::HsaApiTable;
 use rprof_core::config::{misspelt_variables, TraceConfig};
@@ -58,6 +61,7 @@ use crate::outputs::open_outputs;
 use crate::runtime::Runtime;
 use crate::signals::{PoolSource, PooledSignal, RocrBackend, RocrSignals};
 use interceptor::QueueState;
+use start_gate::StartGate;
 
 /// The end of every message after which the app runs without rprof.
 const UNTRACED: &str = "the application runs untraced";
@@ -108,8 +112,33 @@ impl std::fmt::Debug for Session {
 static SESSION: OnceLock<&'static Session> = OnceLock::new();
 static LOADED: AtomicBool = AtomicBool::new(false);
 
+/// The runtime's original entries, set at `OnLoad` before any hook is
+/// installed: the hooks pass calls on through them while the session is
+/// still starting, and for good when it could not start.
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The session's start when it runs beside the app ([`start_beside`]).
+static START: StartGate = StartGate::new(START_TIMEOUT);
+/// The longest a hook waits for the session's start (normally 1-2 ms: the
+/// outputs, the signal pool, the engine's queues and two threads). Past it
+/// the call goes on untraced, with one message.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The session, once started. While its start runs beside the app (the
+/// default `--kernel-trace`: [`start_beside`]) this waits for it, so every
+/// hook sees either the whole session or none (then the app's call goes on
+/// untraced).
 fn session() -> Option<&'static Session> {
+    if let Some(s) = SESSION.get() {
+        return Some(s);
+    }
+    START.wait();
     SESSION.get().copied()
+}
+
+/// The runtime's original entries (`None` before `OnLoad` validated them).
+fn runtime() -> Option<&'static Runtime> {
+    RUNTIME.get()
 }
 
 /// Runs `f`, turning a panic into `fallback` (and one line on stderr).
@@ -172,13 +201,24 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
     if !agents.iter().any(|a| !a.cpu) {
         return Err("no GPU agent found; nothing to trace".into());
     }
-    let session = Session::start(rt, &config, agents)?;
-    if SESSION.set(session).is_err() {
+    if RUNTIME.set(rt).is_err() {
         return Ok(());
     }
-    // SAFETY: the table `from_tables` validated; OnLoad runs inside hsa_init
-    // before any app call.
-    unsafe { hooks::install(table, &config, session) };
+    if config.memory_copy_trace || config.rpc_trace {
+        // Their hooks hold the engine from the start: build it here.
+        let session = Session::start(rt, &config, agents)?;
+        if SESSION.set(session).is_err() {
+            return Ok(());
+        }
+        // SAFETY: the table `from_tables` validated; OnLoad runs inside
+        // hsa_init before any app call.
+        unsafe { hooks::install(table, &config, Some(session)) };
+    } else {
+        start_beside(rt, config.clone(), agents);
+        // SAFETY: as above. Until the session has started, the hooks wait
+        // for it; if it cannot start, they pass every call on.
+        unsafe { hooks::install(table, &config, None) };
+    }
     lifecycle::install();
     if config.marker_trace || config.kernel_rename {
         crate::roctx::start(push_marker, config.kernel_rename);
@@ -187,6 +227,50 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Starts the session on a thread of its own (`rprof-session`), so that
+/// `OnLoad` returns to `hsa_init` at once: opening the outputs, creating the
+/// signal pool, building the engine and starting its threads take 1-2 ms,
+/// which the app's start-up then overlaps (HIP creates its first queue
+/// 0.3-50 ms after `hsa_init` loaded rprof). Whatever needs the session
+/// waits for it in [`session`]. A start that fails says why in the same
+/// one message as before, and the app runs untraced. Starts here if no
+/// thread can be started.
+fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
+    START.begin();
+    let build = move || {
+        START.build(|| {
+            guarded(
+                "the tracing session's start",
+                || (),
+                || match Session::start(rt, &config, agents) {
+                    Ok(s) => {
+                        let _ = SESSION.set(s);
+                    }
+                    Err(why) => eprintln!("rprof: {why}"),
+                },
+            )
+        })
+    };
+    // The thread takes `build` out of the slot; if it cannot be spawned,
+    // this thread does.
+    let slot = Arc::new(Mutex::new(Some(build)));
+    let spawned = std::thread::Builder::new()
+        .name("rprof-session".into())
+        .spawn({
+            let slot = slot.clone();
+            move || {
+                if let Some(build) = lock(&slot).take() {
+                    build();
+                }
+            }
+        });
+    if spawned.is_err() {
+        if let Some(build) = lock(&slot).take() {
+            build();
+        }
+    }
 }
 
 /// Hands a ROCTx record to the engine (the marker module's target).
