@@ -128,6 +128,15 @@ mod tests {
         })
     }
 
+    /// Asserts that `gate.wait()` returns settled without waiting: every
+    /// gate here waits up to 10 s, so a wait that happened takes far longer
+    /// than the bound, even on a loaded machine.
+    fn returns_at_once(gate: &StartGate) {
+        let t0 = Instant::now();
+        assert!(gate.wait());
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+
     #[test]
     fn a_caller_waits_until_the_start_has_published_its_result() {
         static GATE: StartGate = StartGate::new(Duration::from_secs(10));
@@ -143,28 +152,20 @@ mod tests {
         assert_eq!(published.load(Ordering::Relaxed), 7);
         h.join().unwrap();
         // Settled: the next caller does not wait.
-        let t1 = Instant::now();
-        assert!(GATE.wait());
-        assert!(t1.elapsed() < Duration::from_millis(100));
+        returns_at_once(&GATE);
     }
 
     #[test]
     fn no_start_running_means_no_wait() {
         static GATE: StartGate = StartGate::new(Duration::from_secs(10));
-        let t0 = Instant::now();
-        assert!(GATE.wait());
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        returns_at_once(&GATE);
     }
 
     #[test]
     fn the_building_thread_never_waits_for_itself() {
         static GATE: StartGate = StartGate::new(Duration::from_secs(10));
         GATE.begin();
-        let t0 = Instant::now();
-        let mut inside = None;
-        GATE.build(|| inside = Some(GATE.wait()));
-        assert_eq!(inside, Some(true));
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        GATE.build(|| returns_at_once(&GATE));
     }
 
     #[test]
@@ -173,23 +174,18 @@ mod tests {
         GATE.begin();
         let h = std::thread::spawn(|| GATE.build(|| panic!("start failed")));
         assert!(h.join().is_err());
-        let t0 = Instant::now();
-        assert!(GATE.wait());
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        returns_at_once(&GATE);
     }
 
     #[test]
     fn a_start_past_the_timeout_lets_the_caller_go_on() {
         static GATE: StartGate = StartGate::new(Duration::from_millis(100));
         let published = Arc::new(AtomicU64::new(0));
-        let h = slow_start(&GATE, published.clone(), 1, Duration::from_millis(600));
+        let h = slow_start(&GATE, published.clone(), 1, Duration::from_secs(3));
         let t0 = Instant::now();
         assert!(!GATE.wait());
         let waited = t0.elapsed();
-        assert!(
-            waited >= Duration::from_millis(100) && waited < Duration::from_millis(500),
-            "{waited:?}"
-        );
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
         assert_eq!(published.load(Ordering::Relaxed), 0);
         h.join().unwrap();
         assert!(GATE.wait());
@@ -202,8 +198,6 @@ mod tests {
         GATE.begin();
         // As a forked child sees it: the start's pid is not its own.
         GATE.pid.store(this_process() + 1, Ordering::Relaxed);
-        let t0 = Instant::now();
-        assert!(GATE.wait());
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        returns_at_once(&GATE);
     }
 }
