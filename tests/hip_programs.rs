@@ -123,6 +123,38 @@ fn graph_storm_default_51200() {
     check_graph_order(&f, 256, 200);
 }
 
+/// HIP synchronises by spinning in the runtime's wait: while it waits for
+/// the device, the app's thread writes the records in the writer's place
+/// (`tool/src/session/lending_wait.rs`), and every output still holds each
+/// dispatch exactly once, in order. 20 µs kernels, 256 x 4: the app waits
+/// about 20 ms for the device.
+#[test]
+fn the_apps_spinning_wait_writes_records_and_loses_none() {
+    let label = "lending_wait_256x4";
+    let prog = hip_program("graph_storm");
+    let run = run_traced(
+        label,
+        &["-o", label],
+        &prog,
+        &["256", "4"],
+        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "20000")],
+    );
+    run.assert_success();
+    let lent: u64 = run
+        .stderr
+        .split(" records written by waiting app threads")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
+    assert!(lent > 0, "{label}: the app's waits wrote no record:\n{}", run.stderr);
+    let report = single_report(&run);
+    let f = check_outputs(&run.dir, label, &report);
+    assert_eq!(f.program_dispatches(), 256 * 4);
+    check_graph_order(&f, 256, 4);
+    summary(label, &run, &f);
+}
+
 /// Fork/join across 4 streams with hipStreamWaitEvent, 50 rounds. All
 /// launches come from one thread, so dispatch ids follow program order:
 /// produce, 3 x consume, reduce per round. The event dependencies must show

@@ -209,6 +209,9 @@ pub struct EngineCounters {
     pub completed: AtomicU64,
     /// Doorbell-shaped waits on signals without an event (`--rpc-trace`).
     pub rpc_unrecognised: AtomicU64,
+    /// Records written by app threads waiting on the device, in the
+    /// writer's place ([`Engine::lend_writer`]).
+    pub lent: AtomicU64,
 }
 
 /// The shared state of a tracing session. See the module docs.
@@ -250,8 +253,13 @@ pub struct Engine<S> {
     /// or counted lost) after shutdown: the writer may finish.
     records_closed: AtomicBool,
     /// Records the writer has taken off the record queue (its progress).
-    /// Moved by the writer thread alone.
+    /// Moved only by the holder of `writer_job`.
     writer_progress: AtomicU64,
+    /// The writer's sinks, names and counts while [`Engine::run_writer`]
+    /// runs (`None` before and after): the writer thread and a lending app
+    /// thread ([`Engine::lend_writer`], which only ever tries the lock)
+    /// write records under it.
+    writer_job: Mutex<Option<writer::WriterJob>>,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):
     /// records that do not fit are dropped (counted lost) instead of
@@ -327,6 +335,7 @@ impl<S: DispatchSignal> Engine<S> {
             keep_guard: AtomicBool::new(false),
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),
+            writer_job: Mutex::new(None),
             writer_stalled: AtomicBool::new(false),
             copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),

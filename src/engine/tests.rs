@@ -380,8 +380,7 @@ impl Harness {
         let (e, c) = (engine.clone(), collected.clone());
         let writer = std::thread::spawn(move || {
             let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
-            let mut names = names;
-            e.run_writer(&mut sinks, &mut names, &RunInfo::default(), &[])
+            e.run_writer(&mut sinks, Box::new(names), &RunInfo::default(), &[])
         });
         Harness {
             engine,
@@ -999,7 +998,12 @@ fn a_dead_writer_thread_never_stalls_the_app() {
     let writer = std::thread::spawn(move || {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(PanickingSink)];
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+            e.run_writer(
+                &mut sinks,
+                Box::new(Names::default()),
+                &RunInfo::default(),
+                &[],
+            )
         }));
         if r.is_err() {
             e.writer_failed();
@@ -1779,7 +1783,12 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     let (e, r) = (engine.clone(), release.clone());
     let writer = std::thread::spawn(move || {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(stuck_sink(r))];
-        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+        e.run_writer(
+            &mut sinks,
+            Box::new(Names::default()),
+            &RunInfo::default(),
+            &[],
+        )
     });
     let q = Arc::new(QueueContext::new(1, 0, 0));
     let t0 = Instant::now();
@@ -1861,7 +1870,12 @@ fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
                 vec![Box::new(DelayingSink(move || {
                     std::thread::sleep(per_record)
                 }))];
-            e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+            e.run_writer(
+                &mut sinks,
+                Box::new(Names::default()),
+                &RunInfo::default(),
+                &[],
+            )
         });
         engine.begin_shutdown(Duration::from_millis(10));
         engine.stop_writer();
@@ -1915,7 +1929,12 @@ fn flushes_after_records_arrive(idle_first: Duration) -> Vec<u64> {
     let (e, st) = (engine.clone(), state.clone());
     let writer = std::thread::spawn(move || {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(FlushCounter(st))];
-        e.run_writer(&mut sinks, &mut Names::default(), &RunInfo::default(), &[])
+        e.run_writer(
+            &mut sinks,
+            Box::new(Names::default()),
+            &RunInfo::default(),
+            &[],
+        )
     });
     std::thread::sleep(idle_first);
     // Records arrive, then nothing for a while: the process is killed
@@ -2027,7 +2046,7 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
     let e = engine.clone();
     let writer = std::thread::spawn(move || {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(NullSink)];
-        e.run_writer(&mut sinks, &mut StaticNames, &RunInfo::default(), &[])
+        e.run_writer(&mut sinks, Box::new(StaticNames), &RunInfo::default(), &[])
     });
     let q = Arc::new(QueueContext::with_ring(1, 0, 0, 256));
     let submit = |i: u64| {
@@ -2796,7 +2815,7 @@ fn bench_writer_cost_per_dispatch() {
         let cpu0 = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
         let outcome = e.run_writer(
             &mut sinks,
-            &mut CachedKernelNames::new(&table),
+            Box::new(CachedKernelNames::shared(Arc::new(table))),
             &run,
             &agents,
         );
@@ -2885,4 +2904,81 @@ fn the_writers_kernel_cache_follows_the_table() {
     table.insert(0x200, "third.kd");
     assert_eq!(name_of(0x200), ("third".to_string(), 4));
     assert_eq!(name_of(0x100), ("second".to_string(), 2));
+}
+
+/// Threads that lend themselves to the writer (`lend_writer`, as an app
+/// thread spinning on the device does between slices of its wait) write
+/// records beside the writer thread: each reaches the sinks exactly once,
+/// in queue order, and none is written before the writer has started or
+/// after it has finished.
+#[test]
+fn lending_threads_write_each_record_once_in_queue_order() {
+    const N: u64 = 20_000;
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        record_queue: 1024,
+        ..EngineOptions::default()
+    }));
+    let dispatch = |n: u64| {
+        Record::Dispatch(DispatchRecord {
+            correlation_id: n,
+            dispatch_id: n,
+            agent_index: 0,
+            queue_id: 1,
+            thread_id: 7,
+            kernel_object: 0x1000,
+            grid: [64, 1, 1],
+            workgroup: [64, 1, 1],
+            private_segment_size: 0,
+            group_segment_size: 0,
+            enqueue_ns: 1_000 + n,
+            start_ns: 2_000 + n,
+            end_ns: 2_500 + n,
+        })
+    };
+    // No writer yet: there is nothing to lend to, and the record stays.
+    assert!(engine.records.push(dispatch(1)).is_ok());
+    assert_eq!(engine.lend_writer(16), 0);
+    let collected = Arc::new(Mutex::new(Collected::default()));
+    let (e, c) = (engine.clone(), collected.clone());
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
+        e.run_writer(&mut sinks, Box::new(Names::default()), &RunInfo::default(), &[])
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let lenders: Vec<_> = (0..3)
+        .map(|_| {
+            let (e, stop) = (engine.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut lent = 0;
+                while !stop.load(Ordering::Acquire) {
+                    lent += e.lend_writer(16);
+                    std::hint::spin_loop();
+                }
+                lent
+            })
+        })
+        .collect();
+    for n in 2..=N {
+        let mut rec = dispatch(n);
+        while let Err(back) = engine.records.push(rec) {
+            rec = back;
+            std::thread::yield_now();
+        }
+    }
+    while !engine.records.is_empty() {
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Release);
+    let lent: usize = lenders.into_iter().map(|h| h.join().unwrap()).sum();
+    engine.stop_writer();
+    let outcome = writer.join().unwrap();
+    assert_eq!(outcome.metadata.dispatches, N);
+    let c = collected.lock().unwrap();
+    let ids: Vec<u64> = c.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>());
+    assert!(lent > 0, "the lending threads wrote no record");
+    assert_eq!(engine.counters().lent.load(Ordering::Relaxed), lent as u64);
+    // Finished: nothing is written on a lender's thread any more.
+    assert!(engine.records.push(dispatch(N + 1)).is_ok());
+    assert_eq!(engine.lend_writer(16), 0);
 }

@@ -48,17 +48,46 @@ pub trait KernelNames {
 /// memory reused) is looked up again.
 #[derive(Debug)]
 pub struct CachedKernelNames<'a> {
-    table: &'a KernelTable,
+    table: TableRef<'a>,
     generation: u64,
     entries: HashMap<u64, Arc<KernelEntry>, foldhash::fast::RandomState>,
+}
+
+/// The table behind a [`CachedKernelNames`]: borrowed, or shared with the
+/// session (the writer's names outlive any borrow: they live in the engine
+/// while the writer runs, see [`Engine::lend_writer`]).
+#[derive(Debug)]
+enum TableRef<'a> {
+    Borrowed(&'a KernelTable),
+    Shared(Arc<KernelTable>),
+}
+
+impl TableRef<'_> {
+    fn get(&self) -> &KernelTable {
+        match self {
+            TableRef::Borrowed(t) => t,
+            TableRef::Shared(t) => t,
+        }
+    }
 }
 
 impl<'a> CachedKernelNames<'a> {
     /// An empty cache in front of `table`.
     pub fn new(table: &'a KernelTable) -> Self {
         CachedKernelNames {
-            table,
             generation: table.generation(),
+            table: TableRef::Borrowed(table),
+            entries: HashMap::default(),
+        }
+    }
+}
+
+impl CachedKernelNames<'static> {
+    /// An empty cache in front of a table shared with its other users.
+    pub fn shared(table: Arc<KernelTable>) -> Self {
+        CachedKernelNames {
+            generation: table.generation(),
+            table: TableRef::Shared(table),
             entries: HashMap::default(),
         }
     }
@@ -66,12 +95,12 @@ impl<'a> CachedKernelNames<'a> {
 
 impl KernelNames for CachedKernelNames<'_> {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
-        let generation = self.table.generation();
+        let table = self.table.get();
+        let generation = table.generation();
         if generation != self.generation {
             self.entries.clear();
             self.generation = generation;
         }
-        let table = self.table;
         let entry = self
             .entries
             .entry(kernel_object)
@@ -80,7 +109,7 @@ impl KernelNames for CachedKernelNames<'_> {
     }
 
     fn learn(&mut self, kernels: &LoadedKernels) {
-        if let Some(why) = self.table.learn(kernels) {
+        if let Some(why) = self.table.get().learn(kernels) {
             eprintln!(
                 "rprof: warning: a code object's kernel metadata could not be read ({why}); its kernels' register counts are 0"
             );
@@ -113,14 +142,14 @@ pub struct WriterOutcome {
 
 /// The sinks of a run and how each fared: a sink is called until its first
 /// error, which is reported once on stderr, then skipped.
-struct Sinks<'a> {
-    sinks: &'a mut [Box<dyn RecordSink + Send>],
+struct Sinks {
+    sinks: Vec<Box<dyn RecordSink + Send>>,
     failures: Vec<Option<String>>,
     errors: u64,
 }
 
-impl<'a> Sinks<'a> {
-    fn new(sinks: &'a mut [Box<dyn RecordSink + Send>]) -> Self {
+impl Sinks {
+    fn new(sinks: Vec<Box<dyn RecordSink + Send>>) -> Self {
         let failures = vec![None; sinks.len()];
         Sinks {
             sinks,
@@ -162,35 +191,69 @@ struct Tally {
 /// Most records taken off the queue between two flush checks.
 const DRAIN_BATCH: usize = 4096;
 
+/// The writer's state between records: the sinks and how each fared, the
+/// kernel names and what was counted. The engine holds it while the writer
+/// runs, so that an application thread that waits on the device can write
+/// records too ([`Engine::lend_writer`]); whoever holds the lock writes.
+pub(super) struct WriterJob {
+    sinks: Sinks,
+    names: Box<dyn KernelNames + Send>,
+    tally: Tally,
+    /// Records reached the sinks since their last flush.
+    dirty: bool,
+}
+
+impl std::fmt::Debug for WriterJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterJob")
+            .field("sinks", &self.sinks.sinks.len())
+            .field("tally", &self.tally)
+            .field("dirty", &self.dirty)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: DispatchSignal> Engine<S> {
     /// The writer loop: `start` on every sink, then every record in arrival
     /// order, then `finish` with the run metadata once
     /// [`Engine::stop_writer`] was called and the queue is empty. A sink that
-    /// fails is reported once on stderr and skipped from then on.
+    /// fails is reported once on stderr and skipped from then on. The sinks
+    /// are back in `sinks` when it returns. While it runs, a thread waiting on
+    /// the device may write records in its place ([`Engine::lend_writer`]).
     pub fn run_writer(
         &self,
-        sinks: &mut [Box<dyn RecordSink + Send>],
-        names: &mut dyn KernelNames,
+        sinks: &mut Vec<Box<dyn RecordSink + Send>>,
+        names: Box<dyn KernelNames + Send>,
         run: &RunInfo,
         agents: &[AgentInfo],
     ) -> WriterOutcome {
-        let mut sinks = Sinks::new(sinks);
-        let mut tally = Tally::default();
-        sinks.each("start", |s| s.start(run, agents));
-        let mut dirty = false;
+        let mut job = WriterJob {
+            sinks: Sinks::new(std::mem::take(sinks)),
+            names,
+            tally: Tally::default(),
+            dirty: false,
+        };
+        job.sinks.each("start", |s| s.start(run, agents));
+        *self.writer_job() = Some(job);
         let mut last_flush = Instant::now();
         let sleeper = self.writer_wake.sleeper();
         let mut idle = WRITER_IDLE;
         loop {
-            let got = self.drain_records(&mut sinks, names, &mut tally);
-            // Periodic flush: what reached the sinks is on disk within
-            // FLUSH_EVERY (a killed process leaves a readable prefix).
-            dirty |= got;
-            if dirty && last_flush.elapsed() >= FLUSH_EVERY {
-                sinks.each("flush", |s| s.flush());
-                dirty = false;
-                last_flush = Instant::now();
-            }
+            let (got, dirty) = {
+                let mut held = self.writer_job();
+                let job = held
+                    .as_mut()
+                    .expect("the writer's job is held until it finishes");
+                let got = self.drain_records(job, DRAIN_BATCH) > 0;
+                // Periodic flush: what reached the sinks is on disk within
+                // FLUSH_EVERY (a killed process leaves a readable prefix).
+                if job.dirty && last_flush.elapsed() >= FLUSH_EVERY {
+                    job.sinks.each("flush", |s| s.flush());
+                    job.dirty = false;
+                    last_flush = Instant::now();
+                }
+                (got, job.dirty)
+            };
             if got {
                 idle = WRITER_IDLE;
                 continue;
@@ -211,39 +274,77 @@ impl<S: DispatchSignal> Engine<S> {
             });
             idle = (idle * 2).min(WRITER_IDLE_MAX);
         }
+        let mut job = self
+            .writer_job()
+            .take()
+            .expect("the writer's job is held until it finishes");
+        // A lender may have taken the last records between this thread's
+        // last look and the take above: nothing is left behind.
+        self.drain_records(&mut job, usize::MAX);
         // Finishing the outputs counts as progress for the flush's join.
         self.writer_progress.fetch_add(1, Ordering::Release);
         let mut metadata = self.metadata();
+        let tally = &job.tally;
         metadata.dispatches = tally.dispatches;
         metadata.filtered_out = tally.filtered_out;
         metadata.rpc_wakes = tally.rpc_wakes;
         metadata.memory_copies = tally.memory_copies;
-        sinks.each("finish", |s| s.finish(&metadata));
-        WriterOutcome {
+        job.sinks.each("finish", |s| s.finish(&metadata));
+        let outcome = WriterOutcome {
             metadata,
-            sink_errors: sinks.errors,
-            sink_failures: sinks.failures,
-            intercept_calls: tally.intercept_calls,
-            intercept_ns: tally.intercept_ns,
-            markers: tally.markers,
-            unfinished_ranges: tally.process_ranges.unfinished() as u64,
-        }
+            sink_errors: job.sinks.errors,
+            sink_failures: job.sinks.failures,
+            intercept_calls: job.tally.intercept_calls,
+            intercept_ns: job.tally.intercept_ns,
+            markers: job.tally.markers,
+            unfinished_ranges: job.tally.process_ranges.unfinished() as u64,
+        };
+        *sinks = job.sinks.sinks;
+        outcome
     }
 
-    /// Takes up to [`DRAIN_BATCH`] records off the queue into the sinks;
-    /// returns whether there was any.
-    fn drain_records(
-        &self,
-        sinks: &mut Sinks<'_>,
-        names: &mut dyn KernelNames,
-        tally: &mut Tally,
-    ) -> bool {
-        let mut got = false;
-        // Only this thread moves the counter: a plain store per record, not
-        // a locked read-modify-write.
+    /// Writes up to `max` queued records on the calling thread, in the
+    /// writer's place, if the writer's state is free (never waits for it):
+    /// an application thread that spins on the device lends its time, so
+    /// the writer thread takes none from the app's other threads (nor, on
+    /// the emulated GPU, from the command processor). Returns how many it
+    /// wrote (0: nothing queued, the writer busy or not running).
+    pub fn lend_writer(&self, max: usize) -> usize {
+        if self.records.is_empty() || self.writer_gone.load(Ordering::Acquire) {
+            return 0;
+        }
+        let mut held = match self.writer_job.try_lock() {
+            Ok(held) => held,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        };
+        let n = match held.as_mut() {
+            Some(job) => self.drain_records(job, max),
+            None => 0,
+        };
+        if n > 0 {
+            self.counters.lent.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// The writer's state, locked (a poisoned lock is taken back: a sink
+    /// that panicked on a lending thread is that sink's failure alone).
+    fn writer_job(&self) -> std::sync::MutexGuard<'_, Option<WriterJob>> {
+        self.writer_job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes up to `max` records off the queue into the sinks; returns how
+    /// many. Called with the writer's state held.
+    fn drain_records(&self, job: &mut WriterJob, max: usize) -> usize {
+        let mut n = 0;
+        // Only the holder of the writer's state moves the counter: a plain
+        // store per record, not a locked read-modify-write.
         let mut progress = self.writer_progress.load(Ordering::Relaxed);
-        for rec in std::iter::from_fn(|| self.records.pop()).take(DRAIN_BATCH) {
-            got = true;
+        for rec in std::iter::from_fn(|| self.records.pop()).take(max) {
+            n += 1;
             progress += 1;
             self.writer_progress.store(progress, Ordering::Release);
             if self.writer_stalled.load(Ordering::Relaxed) {
@@ -251,23 +352,21 @@ impl<S: DispatchSignal> Engine<S> {
             }
             if let Record::KernelsLoaded = rec {
                 for k in self.take_loaded_kernels() {
-                    names.learn(&k);
+                    job.names.learn(&k);
                 }
             }
-            write_record(rec, sinks, names, tally);
+            write_record(rec, &mut job.sinks, job.names.as_mut(), &mut job.tally);
         }
-        got
+        if n > 0 {
+            job.dirty = true;
+        }
+        n
     }
 }
 
 /// One record into every sink (a dispatch only if the filters keep its
 /// kernel), counted in `tally`.
-fn write_record(
-    rec: Record,
-    sinks: &mut Sinks<'_>,
-    names: &mut dyn KernelNames,
-    tally: &mut Tally,
-) {
+fn write_record(rec: Record, sinks: &mut Sinks, names: &mut dyn KernelNames, tally: &mut Tally) {
     match rec {
         Record::Intercept(r) => {
             tally.intercept_calls += 1;

@@ -56,6 +56,8 @@ pub(super) unsafe fn install(
                 core.hsa_queue_destroy_fn = Some(hook_queue_destroy);
                 core.hsa_executable_freeze_fn = Some(hook_executable_freeze);
             }
+            // First: the RPC wrappers, installed next, wrap these.
+            super::lending_wait::install(core);
             if let (true, Some(s)) = (config.rpc_trace, s) {
                 crate::rpc_wait::install(core, s.engine.clone());
             }

@@ -17,7 +17,9 @@
 //!   for room in ROCr 6's hardware ring;
 //! - `flush`: the bounded end of the trace;
 //! - `lifecycle`: exit, quick_exit, fork, SIGTERM / SIGINT and `OnUnload`;
-//! - `start_gate`: the wait for a session that starts beside the app.
+//! - `start_gate`: the wait for a session that starts beside the app;
+//! - `lending_wait`: the app's spinning waits write records in the
+//!   writer's place.
 //!
 //! The configuration (`RPROF_*`, tuning knobs included) is read and
 //! validated by `rprof_core::config`, never here.
@@ -36,6 +38,7 @@ mod flush;
 mod hooks;
 mod interceptor;
 mod kernel_symbols;
+mod lending_wait;
 mod lifecycle;
 mod run_info;
 mod start_gate;
@@ -100,6 +103,14 @@ pub struct Session {
 unsafe impl Send for Session {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Session {}
+
+impl Session {
+    /// Whether an app thread's wait may write records in the writer's place
+    /// (tracing, not finished, not in pass-through mode).
+    fn lends_writer(&self) -> bool {
+        !self.passthrough && !self.finished.load(Ordering::Relaxed)
+    }
+}
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

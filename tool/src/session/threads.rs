@@ -133,8 +133,8 @@ pub(super) fn start(
                     WriterOutcome::default()
                 },
                 || {
-                    let mut names = CachedKernelNames::new(&kernels);
-                    engine.run_writer(&mut sinks, &mut names, &run, &agents)
+                    let names = Box::new(CachedKernelNames::shared(kernels));
+                    engine.run_writer(&mut sinks, names, &run, &agents)
                 },
             );
             WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);

@@ -1,0 +1,294 @@
+//! Wrappers of the core table's two signal-wait entries that let an
+//! application thread spinning on the device write the tracer's records
+//! while it waits.
+//!
+//! HIP synchronises by an `ACTIVE` wait with no timeout
+//! (`hsa_signal_wait_scacquire(signal, LT, 1, UINT64_MAX, ACTIVE)`: 2-4
+//! per run of the graph storm on HIP 5.2, 5.7 and 6.4), so the app's thread
+//! spins in the runtime for as long as the device works, while rprof's
+//! writer thread takes a core from the app's other threads (on the
+//! emulated GPU, from the command processor: 1-2 µs of writer CPU per
+//! dispatch). Such a wait is run here as slices of the runtime's own wait;
+//! between slices the thread writes queued records in the writer's place
+//! ([`Engine::lend_writer`]), a few at a time, reading the app's signal
+//! between them. What it changes for the app: a wait whose signal is set
+//! while records are written returns up to one chunk later (about 16 µs);
+//! the value returned is the runtime's, from its own wait. Every other wait
+//! (`BLOCKED`, or with a timeout) is the runtime's call unchanged.
+//!
+//! Owns the wrappers and their pacing; must not write records itself (the
+//! engine does) nor wrap waits for `--rpc-trace` (`crate::rpc_wait` does,
+//! around these).
+//!
+//! # Safety
+//! The wrappers receive the application's `hsa_signal_t` and pass it to the
+//! runtime's own entries, copied at `OnLoad`; reading a signal the app waits
+//! on is what its wait does.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use hsa_sys::{
+    hsa_signal_condition_t, hsa_signal_t, hsa_signal_value_t, hsa_wait_state_t, CoreApiTable,
+    HSA_SIGNAL_CONDITION_EQ, HSA_SIGNAL_CONDITION_GTE, HSA_SIGNAL_CONDITION_LT,
+    HSA_SIGNAL_CONDITION_NE, HSA_WAIT_STATE_ACTIVE,
+};
+
+use super::SESSION;
+
+type WaitFn = unsafe extern "C" fn(
+    hsa_signal_t,
+    hsa_signal_condition_t,
+    hsa_signal_value_t,
+    u64,
+    hsa_wait_state_t,
+) -> hsa_signal_value_t;
+type LoadFn = unsafe extern "C" fn(hsa_signal_t) -> hsa_signal_value_t;
+
+/// The runtime's entries the wrappers call.
+struct Originals {
+    scacquire: Option<WaitFn>,
+    relaxed: Option<WaitFn>,
+    load: Option<LoadFn>,
+}
+
+static ORIGINALS: OnceLock<Originals> = OnceLock::new();
+
+/// One slice of the runtime's wait, in its timeout ticks: 200 µs where the
+/// runtime counts nanoseconds (ROCr on Linux); only how often the thread
+/// looks for records depends on it.
+const SLICE_TICKS: u64 = 200_000;
+/// Records written between two reads of the app's signal (about 1 µs
+/// each): what lending can add to a wait whose signal is set meanwhile.
+const CHUNK: usize = 16;
+
+/// Replaces `hsa_signal_wait_scacquire` and `hsa_signal_wait_relaxed` in
+/// `core` with the lending wrappers. Call once, at `OnLoad`, before any
+/// other wrapper of the same entries is installed.
+pub(super) fn install(core: &mut CoreApiTable) {
+    let originals = Originals {
+        scacquire: core.hsa_signal_wait_scacquire_fn,
+        relaxed: core.hsa_signal_wait_relaxed_fn,
+        load: core.hsa_signal_load_relaxed_fn,
+    };
+    if originals.load.is_none() || ORIGINALS.set(originals).is_err() {
+        return;
+    }
+    if core.hsa_signal_wait_scacquire_fn.is_some() {
+        core.hsa_signal_wait_scacquire_fn = Some(wait_scacquire);
+    }
+    if core.hsa_signal_wait_relaxed_fn.is_some() {
+        core.hsa_signal_wait_relaxed_fn = Some(wait_relaxed);
+    }
+}
+
+unsafe extern "C" fn wait_scacquire(
+    signal: hsa_signal_t,
+    condition: hsa_signal_condition_t,
+    compare: hsa_signal_value_t,
+    timeout_hint: u64,
+    wait_state: hsa_wait_state_t,
+) -> hsa_signal_value_t {
+    let Some(original) = ORIGINALS.get().and_then(|o| o.scacquire) else {
+        return 0;
+    };
+    // SAFETY: the app's arguments, passed to the runtime's own entry.
+    unsafe {
+        lending_wait(
+            original,
+            signal,
+            condition,
+            compare,
+            timeout_hint,
+            wait_state,
+        )
+    }
+}
+
+unsafe extern "C" fn wait_relaxed(
+    signal: hsa_signal_t,
+    condition: hsa_signal_condition_t,
+    compare: hsa_signal_value_t,
+    timeout_hint: u64,
+    wait_state: hsa_wait_state_t,
+) -> hsa_signal_value_t {
+    let Some(original) = ORIGINALS.get().and_then(|o| o.relaxed) else {
+        return 0;
+    };
+    // SAFETY: as above.
+    unsafe {
+        lending_wait(
+            original,
+            signal,
+            condition,
+            compare,
+            timeout_hint,
+            wait_state,
+        )
+    }
+}
+
+/// The app's wait, run by `original` (the runtime's entry): in slices with
+/// records written between them for an `ACTIVE` wait without timeout while
+/// a session traces, else as one call.
+///
+/// # Safety
+/// `original` is the runtime's wait entry; the arguments are the app's.
+unsafe fn lending_wait(
+    original: WaitFn,
+    signal: hsa_signal_t,
+    condition: hsa_signal_condition_t,
+    compare: hsa_signal_value_t,
+    timeout_hint: u64,
+    wait_state: hsa_wait_state_t,
+) -> hsa_signal_value_t {
+    let lender = SESSION
+        .get()
+        .filter(|s| s.lends_writer())
+        .zip(ORIGINALS.get().and_then(|o| o.load));
+    let Some((session, load)) =
+        lender.filter(|_| wait_state == HSA_WAIT_STATE_ACTIVE && timeout_hint == u64::MAX)
+    else {
+        // SAFETY: the runtime's own wait with the app's arguments.
+        return unsafe { original(signal, condition, compare, timeout_hint, wait_state) };
+    };
+    sliced_wait(
+        // SAFETY: the runtime's own wait with the app's arguments, but a
+        // slice's timeout (the app asked for none).
+        |slice| unsafe { original(signal, condition, compare, slice, wait_state) },
+        // SAFETY: a relaxed read of the signal the app waits on.
+        || unsafe { load(signal) },
+        // A panic in a sink stays here: that sink fails, the wait goes on.
+        || catch_unwind(AssertUnwindSafe(|| session.engine.lend_writer(CHUNK))).unwrap_or(0),
+        condition,
+        compare,
+    )
+}
+
+/// A wait without timeout as slices of `wait` (the runtime's wait with the
+/// given timeout, returning the value it saw), with `lend` (records
+/// written, 0 when there were none to write) called between slices while
+/// `load` finds the condition unmet. Returns what the last slice returned:
+/// the runtime's own answer, with its memory ordering.
+fn sliced_wait(
+    mut wait: impl FnMut(u64) -> hsa_signal_value_t,
+    mut load: impl FnMut() -> hsa_signal_value_t,
+    mut lend: impl FnMut() -> usize,
+    condition: hsa_signal_condition_t,
+    compare: hsa_signal_value_t,
+) -> hsa_signal_value_t {
+    loop {
+        let value = wait(SLICE_TICKS);
+        if satisfied(condition, value, compare) {
+            return value;
+        }
+        while lend() > 0 {
+            if satisfied(condition, load(), compare) {
+                break;
+            }
+        }
+    }
+}
+
+/// Whether `value` meets the wait's condition (an unknown condition counts
+/// as met: the runtime's last answer goes back to the app).
+fn satisfied(
+    condition: hsa_signal_condition_t,
+    value: hsa_signal_value_t,
+    compare: hsa_signal_value_t,
+) -> bool {
+    match condition {
+        HSA_SIGNAL_CONDITION_EQ => value == compare,
+        HSA_SIGNAL_CONDITION_NE => value != compare,
+        HSA_SIGNAL_CONDITION_LT => value < compare,
+        HSA_SIGNAL_CONDITION_GTE => value >= compare,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A device that sets the signal (HIP's completion: 1 -> 0) in the
+    /// `slices`-th slice of the wait, and a writer with `queued` records,
+    /// written `per_lend` at a time. Returns (value returned, slices waited,
+    /// records written).
+    fn run(slices: u32, queued: usize, per_lend: usize) -> (i64, u32, usize) {
+        let value = Cell::new(1i64);
+        let waited = Cell::new(0u32);
+        let left = Cell::new(queued);
+        let got = sliced_wait(
+            |slice| {
+                assert_eq!(slice, SLICE_TICKS);
+                waited.set(waited.get() + 1);
+                if waited.get() >= slices {
+                    value.set(0);
+                }
+                value.get()
+            },
+            || value.get(),
+            || {
+                let n = per_lend.min(left.get());
+                left.set(left.get() - n);
+                n
+            },
+            HSA_SIGNAL_CONDITION_LT,
+            1,
+        );
+        (got, waited.get(), queued - left.get())
+    }
+
+    #[test]
+    fn a_wait_that_ends_in_its_first_slice_lends_nothing() {
+        assert_eq!(run(1, 100, 16), (0, 1, 0));
+    }
+
+    #[test]
+    fn records_are_written_between_slices_until_none_is_left() {
+        // 100 records, 16 per lend: all written after the first slice; the
+        // next slices find none and only wait.
+        assert_eq!(run(5, 100, 16), (0, 5, 100));
+    }
+
+    #[test]
+    fn lending_stops_once_the_signal_is_met() {
+        // The device sets the signal while records are written: the chunk
+        // in progress ends, no other starts, and the runtime's wait gives
+        // the answer.
+        let value = Cell::new(1i64);
+        let lends = Cell::new(0u32);
+        let waits = Cell::new(0u32);
+        let got = sliced_wait(
+            |_| {
+                waits.set(waits.get() + 1);
+                value.get()
+            },
+            || value.get(),
+            || {
+                lends.set(lends.get() + 1);
+                if lends.get() == 3 {
+                    value.set(0);
+                }
+                16
+            },
+            HSA_SIGNAL_CONDITION_LT,
+            1,
+        );
+        assert_eq!((got, lends.get(), waits.get()), (0, 3, 2));
+    }
+
+    #[test]
+    fn conditions_are_the_runtime_s() {
+        assert!(satisfied(HSA_SIGNAL_CONDITION_LT, 0, 1));
+        assert!(!satisfied(HSA_SIGNAL_CONDITION_LT, 1, 1));
+        assert!(satisfied(HSA_SIGNAL_CONDITION_EQ, 5, 5));
+        assert!(!satisfied(HSA_SIGNAL_CONDITION_EQ, 4, 5));
+        assert!(satisfied(HSA_SIGNAL_CONDITION_NE, 4, 5));
+        assert!(!satisfied(HSA_SIGNAL_CONDITION_NE, 5, 5));
+        assert!(satisfied(HSA_SIGNAL_CONDITION_GTE, 5, 5));
+        assert!(!satisfied(HSA_SIGNAL_CONDITION_GTE, 4, 5));
+        assert!(satisfied(99, 0, 1));
+    }
+}
