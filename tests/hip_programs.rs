@@ -147,7 +147,11 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
         .and_then(|head| head.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
-    assert!(lent > 0, "{label}: the app's waits wrote no record:\n{}", run.stderr);
+    assert!(
+        lent > 0,
+        "{label}: the app's waits wrote no record:\n{}",
+        run.stderr
+    );
     let report = single_report(&run);
     let f = check_outputs(&run.dir, label, &report);
     assert_eq!(f.program_dispatches(), 256 * 4);

@@ -20,7 +20,10 @@
 //!    record queue, waiting if it is full (never dropping).
 //! 3. One writer thread ([`Engine::run_writer`]) drains the record queue,
 //!    resolves kernel names, applies the include/exclude filters and pushes
-//!    into every [`RecordSink`](crate::sink::RecordSink).
+//!    into every [`RecordSink`](crate::sink::RecordSink). An app thread that
+//!    spins on the device may write records in its place
+//!    ([`Engine::lend_writer`]): whoever holds the writer's state writes, in
+//!    queue order; a lender only tries its lock.
 //!
 //! Nothing on the interceptor path allocates in steady state (batches live in
 //! inline `SmallVec` storage; queues are preallocated) or takes a global lock.

@@ -2942,7 +2942,12 @@ fn lending_threads_write_each_record_once_in_queue_order() {
     let (e, c) = (engine.clone(), collected.clone());
     let writer = std::thread::spawn(move || {
         let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
-        e.run_writer(&mut sinks, Box::new(Names::default()), &RunInfo::default(), &[])
+        e.run_writer(
+            &mut sinks,
+            Box::new(Names::default()),
+            &RunInfo::default(),
+            &[],
+        )
     });
     let stop = Arc::new(AtomicBool::new(false));
     let lenders: Vec<_> = (0..3)

@@ -25,7 +25,9 @@ const WRITER_IDLE_MAX: Duration = Duration::from_millis(64);
 // Records that reach an idle writer are still on disk within FLUSH_EVERY.
 const _: () = assert!(WRITER_IDLE_MAX.as_millis() < FLUSH_EVERY.as_millis());
 
-/// Longest time records handed to the sinks stay in their buffers.
+/// Longest time records handed to the sinks stay in their buffers (plus
+/// up to [`WRITER_IDLE_MAX`] for records an app thread wrote in the
+/// writer's place while the writer thread slept).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Kernel names and the include/exclude verdict, as the writer needs them.
