@@ -97,8 +97,14 @@ pub(super) fn cpu_ns(completion: Option<&JoinHandle<()>>) -> (u64, u64) {
     )
 }
 
+/// How long [`start`] waits for its two threads to be running (named, at
+/// their policy) before it returns anyway.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Starts the completion thread (recycling signals through `backend`) and
-/// the writer thread (feeding `sinks`).
+/// the writer thread (feeding `sinks`), and returns once both run under
+/// their names and policy (a thread names itself when it first runs: until
+/// then it would show as its spawner, the session's start thread).
 pub(super) fn start(
     engine: Arc<Engine<PooledSignal>>,
     backend: RocrBackend,
@@ -107,11 +113,14 @@ pub(super) fn start(
     run: RunInfo,
     agents: Vec<AgentInfo>,
 ) -> std::io::Result<Threads> {
+    let (ready, running) = std::sync::mpsc::sync_channel::<()>(2);
     let e = engine.clone();
+    let completion_ready = ready.clone();
     let completion = std::thread::Builder::new()
         .name("rprof-completion".into())
         .spawn(move || {
             no_wakeup_preemption();
+            let _ = completion_ready.send(());
             guarded(
                 "the completion thread",
                 // Nobody completes dispatches any more: trace nothing new,
@@ -125,6 +134,7 @@ pub(super) fn start(
         .name("rprof-writer".into())
         .spawn(move || {
             no_wakeup_preemption();
+            let _ = ready.send(());
             let e = engine.clone();
             let outcome = guarded(
                 "the writer thread",
@@ -140,5 +150,10 @@ pub(super) fn start(
             WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
             outcome
         })?;
+    for _ in 0..2 {
+        if running.recv_timeout(READY_TIMEOUT).is_err() {
+            break;
+        }
+    }
     Ok((completion, writer))
 }
