@@ -2987,3 +2987,73 @@ fn lending_threads_write_each_record_once_in_queue_order() {
     assert!(engine.records.push(dispatch(N + 1)).is_ok());
     assert_eq!(engine.lend_writer(16), 0);
 }
+
+/// Threads that lend themselves to the completion thread and the writer
+/// (`lend_completion`, `lend_writer`, as an app thread spinning on the
+/// device does) retire dispatches beside the completion thread: every
+/// dispatch is recorded exactly once, none is lost, and every pooled
+/// signal comes back.
+#[test]
+fn lending_threads_retire_each_dispatch_once_beside_the_completion_thread() {
+    const CALLS: u64 = 3_000;
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 256,
+            handoff_queue: 256,
+            max_copies_in_flight: 0,
+            record_queue: 1024,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    );
+    // Kernels of 20 µs, as the mix's: dispatches finish between the
+    // completion thread's passes.
+    h.device.kernel_ns.store(20_000, Ordering::SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let lenders: Vec<_> = (0..2)
+        .map(|_| {
+            let (e, stop) = (h.engine.clone(), stop.clone());
+            let backend = FakeBackend {
+                signals: h.signals.clone(),
+            };
+            std::thread::spawn(move || {
+                let mut retired = 0;
+                while !stop.load(Ordering::Acquire) {
+                    retired += e.lend_completion(&backend, 16);
+                    e.lend_writer(16);
+                    std::hint::spin_loop();
+                }
+                retired
+            })
+        })
+        .collect();
+    let q = Arc::new(QueueContext::new(7, 0, 0));
+    for n in 0..CALLS {
+        h.submit(&q, &[kernel_packet(0x1000 * (n % 4 + 1), 0)]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.engine.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Release);
+    let retired: usize = lenders.into_iter().map(|l| l.join().unwrap()).sum();
+    let engine = h.engine.clone();
+    let pool = h.pool.clone();
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, CALLS);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    let ids: Vec<u64> = got.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    let unique: HashSet<u64> = ids.iter().copied().collect();
+    assert_eq!((ids.len(), unique), (CALLS as usize, (1..=CALLS).collect()));
+    assert_eq!(pool.available(), 256, "every pooled signal came back");
+    assert!(retired > 0, "the lending threads retired no dispatch");
+    assert_eq!(
+        engine.counters().lent_retired.load(Ordering::Relaxed),
+        retired as u64
+    );
+}
