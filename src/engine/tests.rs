@@ -1780,16 +1780,7 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
     );
     let completion = std::thread::spawn(move || e.run_completion(&b));
     let release = Arc::new(AtomicBool::new(false));
-    let (e, r) = (engine.clone(), release.clone());
-    let writer = std::thread::spawn(move || {
-        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(stuck_sink(r))];
-        e.run_writer(
-            &mut sinks,
-            Box::new(Names::default()),
-            &RunInfo::default(),
-            &[],
-        )
-    });
+    let writer = spawn_writer(engine.clone(), Box::new(stuck_sink(release.clone())));
     let q = Arc::new(QueueContext::new(1, 0, 0));
     let t0 = Instant::now();
     const N: u64 = 30;
@@ -2906,6 +2897,22 @@ fn the_writers_kernel_cache_follows_the_table() {
     assert_eq!(name_of(0x100), ("second".to_string(), 2));
 }
 
+/// Runs `run_writer` for `engine` on a thread of its own, into `sink`.
+fn spawn_writer(
+    engine: Arc<Engine<FakeSignal>>,
+    sink: Box<dyn RecordSink + Send>,
+) -> std::thread::JoinHandle<WriterOutcome> {
+    std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![sink];
+        engine.run_writer(
+            &mut sinks,
+            Box::new(Names::default()),
+            &RunInfo::default(),
+            &[],
+        )
+    })
+}
+
 /// Threads that lend themselves to the writer (`lend_writer`, as an app
 /// thread spinning on the device does between slices of its wait) write
 /// records beside the writer thread: each reaches the sinks exactly once,
@@ -2922,33 +2929,16 @@ fn lending_threads_write_each_record_once_in_queue_order() {
         Record::Dispatch(DispatchRecord {
             correlation_id: n,
             dispatch_id: n,
-            agent_index: 0,
-            queue_id: 1,
-            thread_id: 7,
             kernel_object: 0x1000,
-            grid: [64, 1, 1],
-            workgroup: [64, 1, 1],
-            private_segment_size: 0,
-            group_segment_size: 0,
-            enqueue_ns: 1_000 + n,
-            start_ns: 2_000 + n,
             end_ns: 2_500 + n,
+            ..Default::default()
         })
     };
     // No writer yet: there is nothing to lend to, and the record stays.
     assert!(engine.records.push(dispatch(1)).is_ok());
     assert_eq!(engine.lend_writer(16), 0);
     let collected = Arc::new(Mutex::new(Collected::default()));
-    let (e, c) = (engine.clone(), collected.clone());
-    let writer = std::thread::spawn(move || {
-        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(CollectSink(c))];
-        e.run_writer(
-            &mut sinks,
-            Box::new(Names::default()),
-            &RunInfo::default(),
-            &[],
-        )
-    });
+    let writer = spawn_writer(engine.clone(), Box::new(CollectSink(collected.clone())));
     let stop = Arc::new(AtomicBool::new(false));
     let lenders: Vec<_> = (0..3)
         .map(|_| {
@@ -3001,13 +2991,8 @@ fn lending_threads_retire_each_dispatch_once_beside_the_completion_thread() {
             pid: 42,
             max_in_flight: 256,
             handoff_queue: 256,
-            max_copies_in_flight: 0,
             record_queue: 1024,
-            pool_wait: Duration::from_secs(20),
-            min_backoff: Duration::from_micros(50),
-            max_backoff: Duration::from_micros(500),
-            serialize: false,
-            host_forwarding: false,
+            ..EngineOptions::default()
         },
         Names::default(),
     );

@@ -37,7 +37,8 @@ use rprof_core::rpc::{has_doorbell_shape, DoorbellTracker, RpcWakeRecord};
 
 use crate::signals::PooledSignal;
 
-type WaitFn = unsafe extern "C" fn(
+/// The signature of the runtime's `hsa_signal_wait_*` entries.
+pub(crate) type WaitFn = unsafe extern "C" fn(
     hsa_signal_t,
     hsa_signal_condition_t,
     hsa_signal_value_t,

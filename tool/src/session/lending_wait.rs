@@ -37,14 +37,8 @@ use hsa_sys::{
 };
 
 use super::SESSION;
+use crate::rpc_wait::WaitFn;
 
-type WaitFn = unsafe extern "C" fn(
-    hsa_signal_t,
-    hsa_signal_condition_t,
-    hsa_signal_value_t,
-    u64,
-    hsa_wait_state_t,
-) -> hsa_signal_value_t;
 type LoadFn = unsafe extern "C" fn(hsa_signal_t) -> hsa_signal_value_t;
 
 /// The runtime's entries the wrappers call.
@@ -85,51 +79,45 @@ pub(super) fn install(core: &mut CoreApiTable) {
     }
 }
 
-unsafe extern "C" fn wait_scacquire(
-    signal: hsa_signal_t,
-    condition: hsa_signal_condition_t,
-    compare: hsa_signal_value_t,
-    timeout_hint: u64,
-    wait_state: hsa_wait_state_t,
-) -> hsa_signal_value_t {
-    let Some(original) = ORIGINALS.get().and_then(|o| o.scacquire) else {
-        return 0;
+/// Defines a wrapper of one of the two wait entries: the app's wait through
+/// [`lending_wait`] with the runtime's original of that entry.
+macro_rules! lending_entry {
+    ($name:ident, $original:ident) => {
+        unsafe extern "C" fn $name(
+            signal: hsa_signal_t,
+            condition: hsa_signal_condition_t,
+            compare: hsa_signal_value_t,
+            timeout_hint: u64,
+            wait_state: hsa_wait_state_t,
+        ) -> hsa_signal_value_t {
+            let Some(original) = ORIGINALS.get().and_then(|o| o.$original) else {
+                return 0;
+            };
+            let call = WaitCall {
+                signal,
+                condition,
+                compare,
+                timeout_hint,
+                wait_state,
+            };
+            // SAFETY: the app's arguments, passed to the runtime's own entry.
+            unsafe { lending_wait(original, call) }
+        }
     };
-    // SAFETY: the app's arguments, passed to the runtime's own entry.
-    unsafe {
-        lending_wait(
-            original,
-            signal,
-            condition,
-            compare,
-            timeout_hint,
-            wait_state,
-        )
-    }
 }
 
-unsafe extern "C" fn wait_relaxed(
+/// One call of a wait entry, as the app made it.
+#[derive(Debug, Clone, Copy)]
+struct WaitCall {
     signal: hsa_signal_t,
     condition: hsa_signal_condition_t,
     compare: hsa_signal_value_t,
     timeout_hint: u64,
     wait_state: hsa_wait_state_t,
-) -> hsa_signal_value_t {
-    let Some(original) = ORIGINALS.get().and_then(|o| o.relaxed) else {
-        return 0;
-    };
-    // SAFETY: as above.
-    unsafe {
-        lending_wait(
-            original,
-            signal,
-            condition,
-            compare,
-            timeout_hint,
-            wait_state,
-        )
-    }
 }
+
+lending_entry!(wait_scacquire, scacquire);
+lending_entry!(wait_relaxed, relaxed);
 
 /// The app's wait, run by `original` (the runtime's entry): in slices with
 /// records written between them for an `ACTIVE` wait without timeout while
@@ -137,14 +125,14 @@ unsafe extern "C" fn wait_relaxed(
 ///
 /// # Safety
 /// `original` is the runtime's wait entry; the arguments are the app's.
-unsafe fn lending_wait(
-    original: WaitFn,
-    signal: hsa_signal_t,
-    condition: hsa_signal_condition_t,
-    compare: hsa_signal_value_t,
-    timeout_hint: u64,
-    wait_state: hsa_wait_state_t,
-) -> hsa_signal_value_t {
+unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
+    let WaitCall {
+        signal,
+        condition,
+        compare,
+        timeout_hint,
+        wait_state,
+    } = call;
     let lender = SESSION
         .get()
         .filter(|s| s.lends_writer())
