@@ -123,15 +123,8 @@ fn graph_storm_default_51200() {
     check_graph_order(&f, 256, 200);
 }
 
-/// The number just before `words` in `text` (`RPROF_VERBOSE`'s summary).
-fn count_before(text: &str, words: &str) -> Option<u64> {
-    let head = text.split(words).next().filter(|h| h.len() < text.len())?;
-    head.rsplit(' ').next()?.parse().ok()
-}
-
 /// HIP synchronises by spinning in the runtime's wait: while it waits for
-/// the device, the app's thread retires dispatches in the completion
-/// thread's place and writes the records in the writer's
+/// the device, the app's thread writes the records in the writer's place
 /// (`tool/src/session/lending_wait.rs`), and every output still holds each
 /// dispatch exactly once, in order. 200 µs kernels, 256 x 2: the app waits
 /// about 100 ms for the device, longer than its launches take even in a
@@ -149,17 +142,19 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
         &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
     );
     run.assert_success();
-    let written = count_before(&run.stderr, " records written and ");
-    let retired = count_before(&run.stderr, " dispatches retired by waiting app threads");
-    let (Some(written), Some(retired)) = (written, retired) else {
-        panic!("{label}: no lending counts in:\n{}", run.stderr);
-    };
+    let lent: u64 = run
+        .stderr
+        .split(" records written by waiting app threads")
+        .next()
+        .filter(|head| head.len() < run.stderr.len())
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
     assert!(
-        written > 0 && retired > 0,
-        "{label}: the app's waits wrote {written} records and retired {retired} dispatches:\n{}",
+        lent > 0,
+        "{label}: the app's waits wrote no record:\n{}",
         run.stderr
     );
-    assert!(retired <= 256 * 2 + 1, "{label}: {retired} retired");
     let report = single_report(&run);
     let f = check_outputs(&run.dir, label, &report);
     assert_eq!(f.program_dispatches(), 256 * 2);

@@ -111,25 +111,6 @@ impl Serializer {
     }
 }
 
-/// The completion thread's state between passes: the tracked dispatches in
-/// submission order, the pass count and the serializer. The engine holds
-/// it while the thread runs, so that an app thread that waits on the device
-/// can retire finished dispatches too ([`Engine::lend_completion`]).
-pub(super) struct CompletionJob<S> {
-    tracked: VecDeque<InFlight<S>>,
-    pass: u64,
-    serializer: Serializer,
-}
-
-impl<S> std::fmt::Debug for CompletionJob<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionJob")
-            .field("tracked", &self.tracked.len())
-            .field("pass", &self.pass)
-            .finish_non_exhaustive()
-    }
-}
-
 /// What one pass found among the tracked dispatches.
 struct Scan {
     /// Finished dispatches, moved to the front of the tracked list.
@@ -169,17 +150,15 @@ impl<S: DispatchSignal> Engine<S> {
     /// destroyed queues left, settle at shutdown, let serialized kernels
     /// through, then rest by the idle schedule.
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
-        *self.completion_job() = Some(CompletionJob {
-            // In submission order; finished entries are moved to the front
-            // and popped, so a pass moves only what finished (a `Vec` would
-            // shift every unfinished entry after each pass).
-            tracked: VecDeque::with_capacity(self.options.max_in_flight.max(1)),
-            // Published after every pass (`completion_passes`) for
-            // interceptors waiting for ring space; it goes on from the
-            // published count.
-            pass: self.completion_passes.load(Ordering::Relaxed),
-            serializer: Serializer::default(),
-        });
+        // In submission order; finished entries are moved to the front and
+        // popped, so a pass moves only what finished (a `Vec` would shift
+        // every unfinished entry after each pass).
+        let mut tracked: VecDeque<InFlight<S>> =
+            VecDeque::with_capacity(self.options.max_in_flight.max(1));
+        // Published after every pass (`completion_passes`) for interceptors
+        // waiting for ring space; it goes on from the published count.
+        let mut pass = self.completion_passes.load(Ordering::Relaxed);
+        let mut serializer = Serializer::default();
         let mut idle = Idle {
             backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
             serial_idle: 0,
@@ -190,35 +169,28 @@ impl<S: DispatchSignal> Engine<S> {
             // This thread runs while dispatches are in flight: it keeps the
             // interceptor's fast clock fitted (a few loads when not due).
             rprof_abi::clock::calibrate_fast_clock();
+            self.take_published(&mut tracked);
             let copies_done = self.poll_copies(backend, &mut copies);
-            let mut held = self.completion_job();
-            let job = held
-                .as_mut()
-                .expect("the completion thread's job is held until it returns");
-            let tracked = &mut job.tracked;
-            self.take_published(tracked);
-            let scan = self.scan(backend, tracked, Some(job.pass), SCAN_WINDOW);
-            job.pass += 1;
-            self.completion_passes.store(job.pass, Ordering::Release);
-            self.retire_finished(backend, tracked, &mut job.serializer, scan.done);
+            let scan = self.scan(backend, &mut tracked, pass);
+            pass += 1;
+            self.completion_passes.store(pass, Ordering::Release);
+            self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
             let dropped = if scan.full {
-                self.drop_destroyed(tracked, &mut job.serializer)
+                self.drop_destroyed(&mut tracked, &mut serializer)
             } else {
                 0
             };
             self.settle_copies(&mut copies);
-            match self.settle_at_stop(tracked) {
+            match self.settle_at_stop(&mut tracked) {
                 AfterStop::Run => {}
                 AfterStop::Again => continue,
                 AfterStop::Return => {
-                    *held = None;
-                    drop(held);
                     self.forget_copies(&mut copies);
                     return;
                 }
             }
-            let serial_changed = self.options.serialize
-                && job.serializer.advance(backend, tracked.make_contiguous());
+            let serial_changed =
+                self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
             let progress = scan.done > 0 || dropped > 0 || serial_changed || copies_done > 0;
             // The app waits for each copy's signal, which this thread
             // completes: copies in flight make the rest latency-bound.
@@ -227,59 +199,8 @@ impl<S: DispatchSignal> Engine<S> {
                 ..scan
             };
             let nothing_tracked = tracked.is_empty() && copies.is_empty();
-            drop(held);
             self.rest(&sleeper, &mut idle, progress, &scan, nothing_tracked);
         }
-    }
-
-    /// Retires, on the calling thread, the finished dispatches among the
-    /// oldest `window` tracked ones, if the completion thread's state is free (never waits for it): an
-    /// app thread that spins on the device lends its time, as it does to
-    /// the writer ([`Engine::lend_writer`]). Not while stopping, nor under
-    /// serialization or host forwarding, whose pacing is the completion
-    /// thread's. Returns how many it retired.
-    pub fn lend_completion(&self, backend: &dyn CompletionBackend, window: usize) -> usize {
-        if self.options.serialize
-            || self.options.host_forwarding
-            || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-            || self.completion_gone.load(Ordering::Acquire)
-        {
-            return 0;
-        }
-        let mut held = match self.completion_job.try_lock() {
-            Ok(held) => held,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return 0,
-        };
-        let Some(job) = held.as_mut() else {
-            return 0;
-        };
-        // Never while stopping (the thread settles), and never a push that
-        // could wait for the writer: the record queue has room for all.
-        if self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-            || self.records.len() + window >= self.records.capacity() / 2
-        {
-            return 0;
-        }
-        // Only what the thread already tracks, by an ordinary scan of the
-        // oldest `window`: taking what interceptors published (a call record
-        // each) and full scans stay the thread's.
-        let scan = self.scan(backend, &mut job.tracked, None, window);
-        self.retire_finished(backend, &mut job.tracked, &mut job.serializer, scan.done);
-        if scan.done > 0 {
-            self.counters
-                .lent_retired
-                .fetch_add(scan.done as u64, Ordering::Relaxed);
-        }
-        scan.done
-    }
-
-    /// The completion thread's state, locked (a poisoned lock is taken
-    /// back).
-    fn completion_job(&self) -> std::sync::MutexGuard<'_, Option<CompletionJob<S>>> {
-        self.completion_job
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes what is published, but leaves the newest entry to the next
@@ -326,18 +247,14 @@ impl<S: DispatchSignal> Engine<S> {
         &self,
         backend: &dyn CompletionBackend,
         tracked: &mut VecDeque<InFlight<S>>,
-        pass: Option<u64>,
-        window: usize,
+        pass: u64,
     ) -> Scan {
         let waited_for = self.options.serialize || self.options.host_forwarding;
-        // `None`: a lender's scan, never a full one.
-        let full = pass.is_some_and(|pass| {
-            waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire)
-        });
+        let full = waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
         let limit = if full {
             tracked.len()
         } else {
-            tracked.len().min(window)
+            tracked.len().min(SCAN_WINDOW)
         };
         let mut done = 0;
         let mut latency_bound = false;

@@ -22,9 +22,8 @@
 //!    resolves kernel names, applies the include/exclude filters and pushes
 //!    into every [`RecordSink`](crate::sink::RecordSink). An app thread that
 //!    spins on the device may write records in its place
-//!    ([`Engine::lend_writer`]), and retire finished dispatches in the
-//!    completion thread's ([`Engine::lend_completion`]): whoever holds the
-//!    state works, in order; a lender only tries the locks.
+//!    ([`Engine::lend_writer`]): whoever holds the writer's state writes, in
+//!    queue order; a lender only tries its lock.
 //!
 //! Nothing on the interceptor path allocates in steady state (batches live in
 //! inline `SmallVec` storage; queues are preallocated) or takes a global lock.
@@ -216,9 +215,6 @@ pub struct EngineCounters {
     /// Records written by app threads waiting on the device, in the
     /// writer's place ([`Engine::lend_writer`]).
     pub lent: AtomicU64,
-    /// Dispatches retired by app threads waiting on the device, in the
-    /// completion thread's place ([`Engine::lend_completion`]).
-    pub lent_retired: AtomicU64,
 }
 
 /// The shared state of a tracing session. See the module docs.
@@ -267,11 +263,6 @@ pub struct Engine<S> {
     /// thread ([`Engine::lend_writer`], which only ever tries the lock)
     /// write records under it.
     writer_job: Mutex<Option<writer::WriterJob>>,
-    /// The completion thread's tracked dispatches while
-    /// [`Engine::run_completion`] runs (`None` before and after): the
-    /// thread holds it for each pass, a lending app thread
-    /// ([`Engine::lend_completion`]) only ever tries it.
-    completion_job: Mutex<Option<completion::CompletionJob<S>>>,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):
     /// records that do not fit are dropped (counted lost) instead of
@@ -348,7 +339,6 @@ impl<S: DispatchSignal> Engine<S> {
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),
             writer_job: Mutex::new(None),
-            completion_job: Mutex::new(None),
             writer_stalled: AtomicBool::new(false),
             copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),

@@ -212,7 +212,7 @@ impl Session {
             super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} records written and {} dispatches retired by waiting app threads; interceptor clock: {}",
+            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} records written by waiting app threads; interceptor clock: {}",
             t0.elapsed(),
             phases.device,
             phases.threads,
@@ -229,7 +229,6 @@ impl Session {
             per_dispatch(completion_cpu),
             per_dispatch(writer_cpu),
             self.engine.counters().lent.load(Ordering::Relaxed),
-            self.engine.counters().lent_retired.load(Ordering::Relaxed),
             if rprof_abi::clock::fast_clock_enabled() {
                 format!(
                     "time-stamp counter, {} lines fitted",

@@ -1,21 +1,19 @@
 //! Wrappers of the core table's two signal-wait entries that let an
-//! application thread spinning on the device retire finished dispatches and
-//! write the tracer's records while it waits.
+//! application thread spinning on the device write the tracer's records
+//! while it waits.
 //!
 //! HIP synchronises by an `ACTIVE` wait with no timeout
 //! (`hsa_signal_wait_scacquire(signal, LT, 1, UINT64_MAX, ACTIVE)`: 2-4
 //! per run of the graph storm on HIP 5.2, 5.7 and 6.4), so the app's thread
 //! spins in the runtime for as long as the device works, while rprof's
-//! completion and writer threads take a core from the app's other threads
-//! (on the emulated GPU, from the command processor: ~0.45 + ~1.2 µs of CPU
-//! per dispatch). Such a wait is run here as slices of the runtime's own
-//! wait; between slices the thread retires finished dispatches in the
-//! completion thread's place ([`Engine::lend_completion`]) and writes
-//! queued records in the writer's place ([`Engine::lend_writer`]), 16 of
-//! each at a time, reading the app's signal between rounds. What it changes
-//! for the app: a wait whose signal is set during a round returns up to one
-//! round later (~20 µs), and only after its first 200 µs; the value
-//! returned is the runtime's, from its own wait. Every other wait
+//! writer thread takes a core from the app's other threads (on the
+//! emulated GPU, from the command processor: 1-2 µs of writer CPU per
+//! dispatch). Such a wait is run here as slices of the runtime's own wait;
+//! between slices the thread writes queued records in the writer's place
+//! ([`Engine::lend_writer`]), a few at a time, reading the app's signal
+//! between them. What it changes for the app: a wait whose signal is set
+//! while records are written returns up to one chunk later (about 16 µs);
+//! the value returned is the runtime's, from its own wait. Every other wait
 //! (`BLOCKED`, or with a timeout) is the runtime's call unchanged.
 //!
 //! Owns the wrappers and their pacing; must not write records itself (the
@@ -54,9 +52,8 @@ static ORIGINALS: OnceLock<Originals> = OnceLock::new();
 /// runtime counts nanoseconds (ROCr on Linux); only how often the thread
 /// looks for records depends on it.
 const SLICE_TICKS: u64 = 200_000;
-/// Dispatches retired (~0.3 µs each) and records written (~1 µs each) per
-/// round, between two reads of the app's signal: what lending can add to a
-/// wait whose signal is set meanwhile.
+/// Records written between two reads of the app's signal (about 1 µs
+/// each): what lending can add to a wait whose signal is set meanwhile.
 const CHUNK: usize = 16;
 
 /// Replaces `hsa_signal_wait_scacquire` and `hsa_signal_wait_relaxed` in
@@ -149,15 +146,8 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
         |slice| unsafe { original(signal, condition, compare, slice, wait_state) },
         // SAFETY: a relaxed read of the signal the app waits on.
         || unsafe { load(signal) },
-        // Finished dispatches retired, then records written. A panic stays
-        // here (in a sink: that sink fails); the wait goes on.
-        || {
-            catch_unwind(AssertUnwindSafe(|| {
-                let retired = session.engine.lend_completion(&session.backend, CHUNK);
-                retired + session.engine.lend_writer(CHUNK)
-            }))
-            .unwrap_or(0)
-        },
+        // A panic in a sink stays here: that sink fails, the wait goes on.
+        || catch_unwind(AssertUnwindSafe(|| session.engine.lend_writer(CHUNK))).unwrap_or(0),
         condition,
         compare,
     )

@@ -73,9 +73,6 @@ const UNTRACED: &str = "the application runs untraced";
 pub struct Session {
     rt: Runtime,
     engine: Arc<Engine<PooledSignal>>,
-    /// Signal values and dispatch times through the runtime, for app threads
-    /// that retire dispatches while they wait (`lending_wait`).
-    backend: RocrBackend,
     source: PoolSource,
     agents: Vec<AgentInfo>,
     /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
@@ -352,7 +349,6 @@ impl Session {
         let session: &'static Session = Box::leak(Box::new(Session {
             rt,
             engine: engine.clone(),
-            backend: RocrBackend::new(rt),
             source: PoolSource::new(pool),
             agents: agents.clone(),
             init_depth: AtomicI64::new(1),
