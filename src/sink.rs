@@ -118,6 +118,15 @@ pub trait RecordSink {
         let _ = rec;
         Ok(())
     }
+    /// Bytes of records this sink takes before it must write to its file
+    /// (what its buffers have left). An app thread that writes records in
+    /// the writer thread's place (`Engine::lend_writer`) does so only while
+    /// every sink has room for a record, so it never waits on I/O. 0, the
+    /// default: any record may write, and the sink is left to the writer
+    /// thread.
+    fn spare_room(&self) -> usize {
+        0
+    }
     /// Pushes what is buffered to the file, at a record boundary, so the
     /// file on disk is a readable prefix of the trace if the process is
     /// killed. The writer calls it at least every 100 ms while records

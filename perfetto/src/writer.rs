@@ -649,6 +649,24 @@ impl<W: Write> TraceWriter<W> {
         self.out.into_inner().map_err(|e| e.into_error())
     }
 
+    /// How many more bytes of packets the writer takes before it writes to
+    /// the underlying writer: the room left in the bundle being filled
+    /// (compressed; 0 once the buffer behind it has no room for a whole
+    /// deflated bundle), or in the buffer (plain encoding). A caller that
+    /// must never block on I/O writes only while this is large.
+    pub fn spare_room(&self) -> usize {
+        let buffered = self.out.capacity() - self.out.buffer().len();
+        if !self.options.compress {
+            return buffered;
+        }
+        // A deflated bundle, framed: at most its input plus deflate's
+        // worst case (see `zbuf`) and a few header bytes.
+        if buffered < COMPRESS_CHUNK_BYTES + 8192 + 32 {
+            return 0;
+        }
+        COMPRESS_CHUNK_BYTES.saturating_sub(self.chunk.len())
+    }
+
     /// Flushes buffered packets to the underlying writer (with compression,
     /// closes the bundle being filled).
     pub fn flush(&mut self) -> io::Result<()> {

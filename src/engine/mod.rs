@@ -263,6 +263,9 @@ pub struct Engine<S> {
     /// thread ([`Engine::lend_writer`], which only ever tries the lock)
     /// write records under it.
     writer_job: Mutex<Option<writer::WriterJob>>,
+    /// A lender found a sink's buffers full: the writer thread flushes the
+    /// sinks (writes the files) at its next look, and is woken for it.
+    writer_flush_wanted: AtomicBool,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):
     /// records that do not fit are dropped (counted lost) instead of
@@ -339,6 +342,7 @@ impl<S: DispatchSignal> Engine<S> {
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),
             writer_job: Mutex::new(None),
+            writer_flush_wanted: AtomicBool::new(false),
             writer_stalled: AtomicBool::new(false),
             copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),

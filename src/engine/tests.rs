@@ -240,6 +240,10 @@ struct Collected {
 struct CollectSink(Arc<Mutex<Collected>>);
 
 impl RecordSink for CollectSink {
+    /// In memory: never writes a file.
+    fn spare_room(&self) -> usize {
+        usize::MAX
+    }
     fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
         self.0.lock().unwrap().started = true;
         Ok(())
@@ -2976,4 +2980,95 @@ fn lending_threads_write_each_record_once_in_queue_order() {
     // Finished: nothing is written on a lender's thread any more.
     assert!(engine.records.push(dispatch(N + 1)).is_ok());
     assert_eq!(engine.lend_writer(16), 0);
+}
+
+/// A sink with `room` bytes left in its buffers (shared, so the test can
+/// change it), counting records and flushes; a flush empties its buffers.
+struct RoomSink {
+    room: Arc<AtomicU64>,
+    records: Arc<AtomicU64>,
+    flushes: Arc<AtomicU64>,
+}
+
+impl RecordSink for RoomSink {
+    fn spare_room(&self) -> usize {
+        self.room.load(Ordering::SeqCst) as usize
+    }
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        self.records.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        self.room.store(1 << 20, Ordering::SeqCst);
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A lending thread never makes a sink write its file: while a sink has
+/// less room in its buffers than a record could take, the lender writes
+/// nothing and asks the writer thread, which flushes (the only thread that
+/// writes files); then lending goes on.
+#[test]
+fn a_lender_leaves_the_files_to_the_writer_thread() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        record_queue: 1024,
+        ..EngineOptions::default()
+    }));
+    let (room, records, flushes) = (
+        Arc::new(AtomicU64::new(100)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let sink = RoomSink {
+        room: room.clone(),
+        records: records.clone(),
+        flushes: flushes.clone(),
+    };
+    let writer = spawn_writer(engine.clone(), Box::new(sink));
+    // Wait for the writer's first look (it takes the sinks' state).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.writer_job().is_none() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let dispatch = |n: u64| {
+        Record::Dispatch(DispatchRecord {
+            dispatch_id: n,
+            kernel_object: 0x1000,
+            ..Default::default()
+        })
+    };
+    assert!(engine.records.push(dispatch(1)).is_ok());
+    // 100 bytes of room: the lender takes nothing and asks for a flush.
+    assert_eq!(engine.lend_writer(16), 0);
+    assert_eq!(records.load(Ordering::SeqCst), 0);
+    // The writer thread flushes (it was woken for it) and writes the record
+    // itself, or leaves it to the next lender, now that there is room.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while flushes.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        flushes.load(Ordering::SeqCst) > 0,
+        "the writer did not flush"
+    );
+    assert!(engine.records.push(dispatch(2)).is_ok());
+    let mut lent = 0;
+    while records.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        lent += engine.lend_writer(16);
+    }
+    engine.stop_writer();
+    let outcome = writer.join().unwrap();
+    assert_eq!(outcome.metadata.dispatches, 2);
+    assert_eq!(records.load(Ordering::SeqCst), 2);
+    assert!(lent <= 2);
 }

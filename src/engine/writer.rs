@@ -151,6 +151,17 @@ struct Sinks {
 }
 
 impl Sinks {
+    /// The room every sink still in use has before it writes to its file.
+    fn spare_room(&self) -> usize {
+        self.sinks
+            .iter()
+            .zip(&self.failures)
+            .filter(|(_, failed)| failed.is_none())
+            .map(|(sink, _)| sink.spare_room())
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+
     fn new(sinks: Vec<Box<dyn RecordSink + Send>>) -> Self {
         let failures = vec![None; sinks.len()];
         Sinks {
@@ -192,6 +203,12 @@ struct Tally {
 
 /// Most records taken off the queue between two flush checks.
 const DRAIN_BATCH: usize = 4096;
+
+/// The room every sink must have left in its buffers before a lending
+/// thread writes one more record (far above a record's size: a CSV row, a
+/// JSON object or a Perfetto event with a kernel name of several KiB), so
+/// that a lender never writes to a file.
+const LEND_ROOM: usize = 16 * 1024;
 
 /// The writer's state between records: the sinks and how each fared, the
 /// kernel names and what was counted. The engine holds it while the writer
@@ -241,15 +258,22 @@ impl<S: DispatchSignal> Engine<S> {
         let sleeper = self.writer_wake.sleeper();
         let mut idle = WRITER_IDLE;
         loop {
+            // A lender found a sink's buffers full: write the files (only
+            // this thread does) and, unless the queue is filling up, leave
+            // the queued records to the lender that asked.
+            let wanted = self.writer_flush_wanted.swap(false, Ordering::AcqRel);
+            let leave_to_lender = wanted
+                && self.records.len() * 2 < self.records.capacity()
+                && self.state.load(Ordering::Acquire) < STOP_WRITER;
             let (got, dirty) = {
                 let mut held = self.writer_job();
                 let job = held
                     .as_mut()
                     .expect("the writer's job is held until it finishes");
-                let got = self.drain_records(job, DRAIN_BATCH) > 0;
+                let got = !leave_to_lender && self.drain_records(job, DRAIN_BATCH, 0) > 0;
                 // Periodic flush: what reached the sinks is on disk within
                 // FLUSH_EVERY (a killed process leaves a readable prefix).
-                if job.dirty && last_flush.elapsed() >= FLUSH_EVERY {
+                if wanted || (job.dirty && last_flush.elapsed() >= FLUSH_EVERY) {
                     job.sinks.each("flush", |s| s.flush());
                     job.dirty = false;
                     last_flush = Instant::now();
@@ -272,6 +296,7 @@ impl<S: DispatchSignal> Engine<S> {
             };
             sleeper.sleep(SleepKind::Parked, nap, || {
                 self.records.len() * 2 >= self.records.capacity()
+                    || self.writer_flush_wanted.load(Ordering::Acquire)
                     || self.state.load(Ordering::Acquire) >= STOP_WRITER
             });
             idle = (idle * 2).min(WRITER_IDLE_MAX);
@@ -282,7 +307,7 @@ impl<S: DispatchSignal> Engine<S> {
             .expect("the writer's job is held until it finishes");
         // A lender may have taken the last records between this thread's
         // last look and the take above: nothing is left behind.
-        self.drain_records(&mut job, usize::MAX);
+        self.drain_records(&mut job, usize::MAX, 0);
         // Finishing the outputs counts as progress for the flush's join.
         self.writer_progress.fetch_add(1, Ordering::Release);
         let mut metadata = self.metadata();
@@ -321,7 +346,7 @@ impl<S: DispatchSignal> Engine<S> {
             Err(std::sync::TryLockError::WouldBlock) => return 0,
         };
         let n = match held.as_mut() {
-            Some(job) => self.drain_records(job, max),
+            Some(job) => self.drain_records(job, max, LEND_ROOM),
             None => 0,
         };
         if n > 0 {
@@ -332,20 +357,32 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// The writer's state, locked (a poisoned lock is taken back: a sink
     /// that panicked on a lending thread is that sink's failure alone).
-    fn writer_job(&self) -> std::sync::MutexGuard<'_, Option<WriterJob>> {
+    pub(super) fn writer_job(&self) -> std::sync::MutexGuard<'_, Option<WriterJob>> {
         self.writer_job
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes up to `max` records off the queue into the sinks; returns how
-    /// many. Called with the writer's state held.
-    fn drain_records(&self, job: &mut WriterJob, max: usize) -> usize {
+    /// many. With `room` > 0 (a lender), only while every sink has that
+    /// much room left in its buffers: when one has not, the writer thread is
+    /// asked to flush and no more is taken. Called with the writer's state
+    /// held.
+    fn drain_records(&self, job: &mut WriterJob, max: usize, room: usize) -> usize {
         let mut n = 0;
         // Only the holder of the writer's state moves the counter: a plain
         // store per record, not a locked read-modify-write.
         let mut progress = self.writer_progress.load(Ordering::Relaxed);
-        for rec in std::iter::from_fn(|| self.records.pop()).take(max) {
+        let has_room = |job: &WriterJob| {
+            if room == 0 || job.sinks.spare_room() >= room {
+                return true;
+            }
+            self.writer_flush_wanted.store(true, Ordering::Release);
+            self.writer_wake.notify();
+            false
+        };
+        while n < max && has_room(job) {
+            let Some(rec) = self.records.pop() else { break };
             n += 1;
             progress += 1;
             self.writer_progress.store(progress, Ordering::Release);

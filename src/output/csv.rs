@@ -92,6 +92,14 @@ pub const MEMORY_COPY_TRACE_COLUMNS: [&str; 9] = [
     "Bytes",
 ];
 
+/// The kernel CSV's file buffer: room for many rows between writes, so an
+/// app thread writing records in the writer's place finds room
+/// ([`RecordSink::spare_room`]).
+const KERNEL_CSV_BUFFER: usize = 256 * 1024;
+/// The csv crate's own buffer in front of a `csv::Writer`'s file (its
+/// default capacity).
+const CSV_OWN_BUFFER: usize = 8 * 1024;
+
 /// Streams kernel dispatches (and RPC wakes, ROCTx markers, memory copies) to CSV files.
 ///
 /// The kernel trace is the hot file (one row per dispatch): its rows are
@@ -154,7 +162,7 @@ impl CsvSink {
     /// Creates (truncates) the file and its directory.
     pub fn create(path: &Path) -> io::Result<Self> {
         ensure_parent(path)?;
-        let file = BufWriter::with_capacity(1 << 16, super::files::create_new(path)?);
+        let file = BufWriter::with_capacity(KERNEL_CSV_BUFFER, super::files::create_new(path)?);
         Ok(CsvSink {
             out: file,
             row: Vec::with_capacity(512),
@@ -396,6 +404,18 @@ impl RecordSink for CsvSink {
         field(w, r.end_ns)?;
         field(w, r.bytes)?;
         w.write_record(None::<&[u8]>).map_err(to_io)
+    }
+
+    fn spare_room(&self) -> usize {
+        let room = |b: &BufWriter<File>| b.capacity() - b.buffer().len();
+        // A csv::Writer keeps a buffer of its own in front of its file's.
+        let csv_room =
+            |w: &csv::Writer<BufWriter<File>>| room(w.get_ref()).saturating_sub(CSV_OWN_BUFFER);
+        [&self.rpc, &self.markers, &self.copies]
+            .into_iter()
+            .flatten()
+            .map(csv_room)
+            .fold(room(&self.out), usize::min)
     }
 
     fn flush(&mut self) -> io::Result<()> {

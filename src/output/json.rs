@@ -161,7 +161,9 @@ impl JsonSink {
         let mut spool_path = path.as_os_str().to_owned();
         spool_path.push(".rpc.tmp");
         Ok(JsonSink {
-            out: BufWriter::with_capacity(1 << 16, super::files::create_new(path)?),
+            // Room for many records between writes, so an app thread
+            // writing in the writer's place finds room (`spare_room`).
+            out: BufWriter::with_capacity(256 * 1024, super::files::create_new(path)?),
             first: true,
             spool_path: spool_path.into(),
             spool: None,
@@ -211,6 +213,21 @@ impl RecordSink for JsonSink {
 
     fn intercept(&mut self, _rec: &InterceptRecord) -> io::Result<()> {
         Ok(())
+    }
+
+    fn spare_room(&self) -> usize {
+        let room = |b: &BufWriter<File>| b.capacity() - b.buffer().len();
+        [&self.spool, &self.marker_spool, &self.copies]
+            .into_iter()
+            .flatten()
+            .map(room)
+            .fold(room(&self.out), usize::min)
+    }
+
+    /// Writes the dispatches buffered so far (the spooled records stay in
+    /// their spools until `finish`).
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 
     fn dispatch(&mut self, r: &DispatchRecord, k: &KernelInfo<'_>) -> io::Result<()> {

@@ -920,6 +920,13 @@ impl RecordSink for PerfettoSink {
         })
     }
 
+    fn spare_room(&self) -> usize {
+        match &self.state {
+            State::Started(s) => s.writer.spare_room(),
+            _ => 0,
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.state {
             State::Started(s) => s.writer.flush(),

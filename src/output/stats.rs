@@ -265,6 +265,11 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 impl RecordSink for StatsSink {
+    /// Counts in memory; writes only at `finish`.
+    fn spare_room(&self) -> usize {
+        usize::MAX
+    }
+
     fn start(&mut self, run: &RunInfo, _agents: &[AgentInfo]) -> io::Result<()> {
         self.emulated = run.emulated_device;
         Ok(())
