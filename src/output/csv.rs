@@ -407,15 +407,12 @@ impl RecordSink for CsvSink {
     }
 
     fn spare_room(&self) -> usize {
-        let room = |b: &BufWriter<File>| b.capacity() - b.buffer().len();
         // A csv::Writer keeps a buffer of its own in front of its file's.
-        let csv_room =
-            |w: &csv::Writer<BufWriter<File>>| room(w.get_ref()).saturating_sub(CSV_OWN_BUFFER);
-        [&self.rpc, &self.markers, &self.copies]
+        let others = [&self.rpc, &self.markers, &self.copies]
             .into_iter()
             .flatten()
-            .map(csv_room)
-            .fold(room(&self.out), usize::min)
+            .map(|w| super::buffer_room(w.get_ref()).saturating_sub(CSV_OWN_BUFFER));
+        super::least_room(super::buffer_room(&self.out), others)
     }
 
     fn flush(&mut self) -> io::Result<()> {

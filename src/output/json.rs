@@ -216,12 +216,9 @@ impl RecordSink for JsonSink {
     }
 
     fn spare_room(&self) -> usize {
-        let room = |b: &BufWriter<File>| b.capacity() - b.buffer().len();
-        [&self.spool, &self.marker_spool, &self.copies]
-            .into_iter()
-            .flatten()
-            .map(room)
-            .fold(room(&self.out), usize::min)
+        let spools = [&self.spool, &self.marker_spool, &self.copies];
+        let others = spools.into_iter().flatten().map(super::buffer_room);
+        super::least_room(super::buffer_room(&self.out), others)
     }
 
     /// Writes the dispatches buffered so far (the spooled records stay in
