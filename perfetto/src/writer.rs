@@ -44,6 +44,10 @@ pub const REORDER_WINDOW: usize = 2048;
 /// bundle when [`WriterOptions::compress`] is on.
 pub const COMPRESS_CHUNK_BYTES: usize = 128 * 1024;
 
+/// The most a full bundle deflates to: its input plus deflate's worst case
+/// (a few bytes per 64 KiB over the input).
+const DEFLATED_BUNDLE_MAX: usize = COMPRESS_CHUNK_BYTES + 8192;
+
 /// How a [`TraceWriter`] encodes packets. Both are on by default
 /// ([`WriterOptions::default`]); trace_processor, the UI and
 /// `pftrace_check.py` read either form, and [`crate::decode_trace`] turns
@@ -356,9 +360,8 @@ impl<W: Write> TraceWriter<W> {
             } else {
                 0
             }),
-            // Deflate's worst case is a few bytes per 64 KiB over the input.
             zbuf: Vec::with_capacity(if options.compress {
-                COMPRESS_CHUNK_BYTES + 8192
+                DEFLATED_BUNDLE_MAX
             } else {
                 0
             }),
@@ -659,9 +662,8 @@ impl<W: Write> TraceWriter<W> {
         if !self.options.compress {
             return buffered;
         }
-        // A deflated bundle, framed: at most its input plus deflate's
-        // worst case (see `zbuf`) and a few header bytes.
-        if buffered < COMPRESS_CHUNK_BYTES + 8192 + 32 {
+        // A deflated bundle, framed: a few header bytes more.
+        if buffered < DEFLATED_BUNDLE_MAX + 32 {
             return 0;
         }
         COMPRESS_CHUNK_BYTES.saturating_sub(self.chunk.len())

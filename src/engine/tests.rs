@@ -430,7 +430,7 @@ impl Harness {
 /// writer's thread.
 #[test]
 fn loaded_kernels_name_the_dispatches_queued_after_them() {
-    let table: &'static KernelTable = Box::leak(Box::new(KernelTable::new(NamePolicy::default())));
+    let table = Arc::new(KernelTable::new(NamePolicy::default()));
     let h = Harness::with_options(
         EngineOptions {
             pid: 42,
@@ -444,7 +444,7 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
             serialize: false,
             host_forwarding: false,
         },
-        CachedKernelNames::new(table),
+        CachedKernelNames::new(table.clone()),
     );
     let q = Arc::new(QueueContext::new(7, 0, 0));
     h.engine.push_loaded_kernels(LoadedKernels {
@@ -1076,14 +1076,14 @@ fn host_forwarding_completes_the_app_signal_without_a_barrier() {
 #[test]
 fn kernel_table_names_and_filters_the_writer_sees() {
     use crate::kernels::{KernelTable, NamePolicy};
-    let table = KernelTable::new(NamePolicy {
+    let table = Arc::new(KernelTable::new(NamePolicy {
         truncate: false,
         include: None,
         exclude: Some(Regex::new("^skip").unwrap()),
-    });
+    }));
     table.insert(0x10, "keep_me.kd");
     table.insert(0x20, "skip_me.kd");
-    let mut names = CachedKernelNames::new(&table);
+    let mut names = CachedKernelNames::new(table);
     let mut seen = Vec::new();
     for object in [0x10u64, 0x20, 0x30] {
         names.with_kernel(object, &mut |k, keep| {
@@ -2810,7 +2810,7 @@ fn bench_writer_cost_per_dispatch() {
         let cpu0 = rprof_abi::clock::now_ns(rprof_abi::clock::Clock::ThreadCpu);
         let outcome = e.run_writer(
             &mut sinks,
-            Box::new(CachedKernelNames::shared(Arc::new(table))),
+            Box::new(CachedKernelNames::new(Arc::new(table))),
             &run,
             &agents,
         );
@@ -2881,9 +2881,9 @@ fn bench_writer_cost_per_dispatch() {
 /// and its memory reused by another kernel) and a new object at once.
 #[test]
 fn the_writers_kernel_cache_follows_the_table() {
-    let table = KernelTable::new(NamePolicy::default());
+    let table = Arc::new(KernelTable::new(NamePolicy::default()));
     table.insert(0x100, "first.kd");
-    let mut names = CachedKernelNames::new(&table);
+    let mut names = CachedKernelNames::new(table.clone());
     let mut name_of = |object: u64| {
         let mut got = (String::new(), 0);
         names.with_kernel(object, &mut |k, _| {

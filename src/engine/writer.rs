@@ -49,55 +49,28 @@ pub trait KernelNames {
 /// object whose entry was replaced (its code object unloaded and the
 /// memory reused) is looked up again.
 #[derive(Debug)]
-pub struct CachedKernelNames<'a> {
-    table: TableRef<'a>,
+pub struct CachedKernelNames {
+    /// Shared with the session: the writer's names live in the engine
+    /// while the writer runs ([`Engine::lend_writer`]), beyond any borrow.
+    table: Arc<KernelTable>,
     generation: u64,
     entries: HashMap<u64, Arc<KernelEntry>, foldhash::fast::RandomState>,
 }
 
-/// The table behind a [`CachedKernelNames`]: borrowed, or shared with the
-/// session (the writer's names outlive any borrow: they live in the engine
-/// while the writer runs, see [`Engine::lend_writer`]).
-#[derive(Debug)]
-enum TableRef<'a> {
-    Borrowed(&'a KernelTable),
-    Shared(Arc<KernelTable>),
-}
-
-impl TableRef<'_> {
-    fn get(&self) -> &KernelTable {
-        match self {
-            TableRef::Borrowed(t) => t,
-            TableRef::Shared(t) => t,
-        }
-    }
-}
-
-impl<'a> CachedKernelNames<'a> {
+impl CachedKernelNames {
     /// An empty cache in front of `table`.
-    pub fn new(table: &'a KernelTable) -> Self {
+    pub fn new(table: Arc<KernelTable>) -> Self {
         CachedKernelNames {
             generation: table.generation(),
-            table: TableRef::Borrowed(table),
+            table,
             entries: HashMap::default(),
         }
     }
 }
 
-impl CachedKernelNames<'static> {
-    /// An empty cache in front of a table shared with its other users.
-    pub fn shared(table: Arc<KernelTable>) -> Self {
-        CachedKernelNames {
-            generation: table.generation(),
-            table: TableRef::Shared(table),
-            entries: HashMap::default(),
-        }
-    }
-}
-
-impl KernelNames for CachedKernelNames<'_> {
+impl KernelNames for CachedKernelNames {
     fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
-        let table = self.table.get();
+        let table = &*self.table;
         let generation = table.generation();
         if generation != self.generation {
             self.entries.clear();
@@ -111,7 +84,7 @@ impl KernelNames for CachedKernelNames<'_> {
     }
 
     fn learn(&mut self, kernels: &LoadedKernels) {
-        if let Some(why) = self.table.get().learn(kernels) {
+        if let Some(why) = self.table.learn(kernels) {
             eprintln!(
                 "rprof: warning: a code object's kernel metadata could not be read ({why}); its kernels' register counts are 0"
             );
@@ -305,9 +278,6 @@ impl<S: DispatchSignal> Engine<S> {
             .writer_job()
             .take()
             .expect("the writer's job is held until it finishes");
-        // A lender may have taken the last records between this thread's
-        // last look and the take above: nothing is left behind.
-        self.drain_records(&mut job, usize::MAX, 0);
         // Finishing the outputs counts as progress for the flush's join.
         self.writer_progress.fetch_add(1, Ordering::Release);
         let mut metadata = self.metadata();

@@ -143,7 +143,7 @@ pub(super) fn start(
                     WriterOutcome::default()
                 },
                 || {
-                    let names = Box::new(CachedKernelNames::shared(kernels));
+                    let names = Box::new(CachedKernelNames::new(kernels));
                     engine.run_writer(&mut sinks, names, &run, &agents)
                 },
             );
