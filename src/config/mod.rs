@@ -34,6 +34,7 @@
 //! | `RPROF_INTERCEPT_PASSTHROUGH` | measurement mode: intercept queues, packets unchanged | off |
 //! | `RPROF_VERBOSE` | one summary line at the flush | off |
 //! | `RPROF_PFTRACE_ENCODING` | `compact` (deltas, compressed bundles) or `plain` | `compact` |
+//! | `RPROF_START_DELAY_MS` | tests: the session's start waits this long first, `0..=60000` | 0 |
 //!
 //! Rules, the same for every variable:
 //! - Booleans accept `1/true/yes/on` and `0/false/no/off` (any case); an

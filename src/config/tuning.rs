@@ -43,6 +43,9 @@ pub struct Tuning {
     /// by a fitted line where the kernel keeps time by it; see
     /// `rprof_abi::clock`).
     pub clock_gettime_only: bool,
+    /// `RPROF_START_DELAY_MS` (0..=60000): the session's start, on its own
+    /// thread, first sleeps this long (tests of what waits for the start).
+    pub start_delay: Duration,
 }
 
 impl Default for Tuning {
@@ -55,6 +58,7 @@ impl Default for Tuning {
             passthrough: false,
             plain_pftrace: false,
             clock_gettime_only: false,
+            start_delay: Duration::ZERO,
         }
     }
 }
@@ -77,6 +81,8 @@ impl Tuning {
                 == Some(1),
             clock_gettime_only: parse_choice(env, "RPROF_HOST_CLOCK", ["auto", "clock_gettime"])?
                 == Some(1),
+            start_delay: parse_whole(env, "RPROF_START_DELAY_MS", 0u64, 60_000)?
+                .map_or(d.start_delay, Duration::from_millis),
         })
     }
 }
@@ -99,6 +105,7 @@ mod tests {
         assert!(!d.host_forwarding && !d.verbose && !d.passthrough && !d.plain_pftrace);
         assert!(!d.clock_gettime_only);
         assert_eq!(d.max_backoff, None);
+        assert_eq!(d.start_delay, Duration::ZERO);
         let t = tuning(&[
             ("RPROF_SIGNAL_POOL_SIZE", "64"),
             ("RPROF_FORWARD_APP_SIGNAL", "host"),
@@ -107,9 +114,11 @@ mod tests {
             ("RPROF_INTERCEPT_PASSTHROUGH", "0"),
             ("RPROF_PFTRACE_ENCODING", "plain"),
             ("RPROF_HOST_CLOCK", "clock_gettime"),
+            ("RPROF_START_DELAY_MS", "1500"),
         ])
         .unwrap();
         assert!(t.clock_gettime_only);
+        assert_eq!(t.start_delay, Duration::from_millis(1500));
         assert_eq!(t.pool_size, 64);
         assert!(t.host_forwarding && t.verbose && !t.passthrough && t.plain_pftrace);
         assert_eq!(t.max_backoff, Some(Duration::from_micros(250)));
@@ -140,6 +149,7 @@ mod tests {
             ("RPROF_INTERCEPT_PASSTHROUGH", "2", "yes/no"),
             ("RPROF_PFTRACE_ENCODING", "zip", "compact, plain"),
             ("RPROF_HOST_CLOCK", "tsc", "auto, clock_gettime"),
+            ("RPROF_START_DELAY_MS", "60001", "0..=60000"),
         ] {
             let e = tuning(&[(k, v)]).unwrap_err();
             assert_eq!(e.variable, k);

@@ -4,6 +4,8 @@
 // Usage: trace_app <code-object> <mode> [args]
 //   threads T N     T threads, each with its own queue, N dispatches each
 //   shared T N      T threads writing into one shared queue, N dispatches each
+//   queue_first T N as threads, but the queues are made before the code object is loaded (as HIP does);
+//                   prints QUEUE_CREATE_US, the time making them took
 //   exit N [quick|_exit]  N dispatches, then exit(0) (or quick_exit(0), _exit(0)) with work in flight and no hsa_shut_down
 //   latency N       N times: one kernel with an app signal, then a blocked wait on it; prints ROUNDTRIP_US
 //   pairs N         N times: kernel with an app signal (not waited for), then a kernel without; one wait at the end
@@ -512,12 +514,33 @@ int main(int argc, char** argv) {
     return 3;
   }
   CHECK(hsa_amd_agent_iterate_memory_pools(g_cpu, on_pool, nullptr));
-  load(argv[1]);
-  if (g_have_kernarg) {
-    CHECK(hsa_amd_memory_pool_allocate(g_kernarg_pool, 4096, 0, &g_kernarg));
-    CHECK(hsa_amd_agents_allow_access(1, &g_gpu, nullptr, g_kernarg));
-    memset(g_kernarg, 0, 4096);
+  auto load_kernels = [&] {
+    load(argv[1]);
+    if (g_have_kernarg) {
+      CHECK(hsa_amd_memory_pool_allocate(g_kernarg_pool, 4096, 0, &g_kernarg));
+      CHECK(hsa_amd_agents_allow_access(1, &g_gpu, nullptr, g_kernarg));
+      memset(g_kernarg, 0, 4096);
+    }
+  };
+  if (mode == "queue_first") {
+    int threads = argc > 3 ? atoi(argv[3]) : 2;
+    int per = argc > 4 ? atoi(argv[4]) : 100;
+    auto created = std::chrono::steady_clock::now();
+    std::vector<hsa_queue_t*> queues;
+    for (int t = 0; t < threads; t++) queues.push_back(make_queue());
+    long long us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - created).count();
+    printf("QUEUE_CREATE_US %lld\n", us);
+    load_kernels();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; t++) ts.emplace_back(work, queues[t], per, t);
+    for (auto& t : ts) t.join();
+    report();
+    for (auto q : queues) CHECK(hsa_queue_destroy(q));
+    CHECK(hsa_shut_down());
+    return 0;
   }
+  load_kernels();
   if (mode == "threads" || mode == "shared") {
     int threads = argc > 3 ? atoi(argv[3]) : 4;
     int per = argc > 4 ? atoi(argv[4]) : 100;

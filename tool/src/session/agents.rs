@@ -88,15 +88,16 @@ fn info_u32(rt: &Runtime, agent: hsa_agent_t, attribute: u32) -> u32 {
     }
 }
 
-impl Session {
-    /// The index of a traced GPU agent (`None`: not a GPU rprof traces).
-    pub(super) fn agent_index(&self, agent: hsa_agent_t) -> Option<u32> {
-        self.agents
-            .iter()
-            .find(|a| a.handle == agent.handle && !a.cpu)
-            .map(|a| a.index)
-    }
+/// The index of a traced GPU agent among `agents` (`None`: not a GPU rprof
+/// traces).
+pub(super) fn gpu_index(agents: &[AgentInfo], agent: hsa_agent_t) -> Option<u32> {
+    agents
+        .iter()
+        .find(|a| a.handle == agent.handle && !a.cpu)
+        .map(|a| a.index)
+}
 
+impl Session {
     /// The index of any listed agent (GPU or CPU) and whether it is a GPU.
     /// A linear search of a few entries: no lock, no allocation.
     pub(super) fn any_agent(&self, agent: hsa_agent_t) -> Option<(u32, bool)> {

@@ -25,8 +25,12 @@ use rprof_core::wait::{poll_until, Pace};
 
 use super::doorbell_event::FreshEventHold;
 use super::interceptor::{interceptor, QueueState};
-use super::{guarded, kernel_symbols, lock, runtime, session, Session};
+use super::{
+    guarded, intercept_markers, kernel_symbols, runtime, session, traced_agent_index,
+    traced_queues, traces_new_queues, Session,
+};
 use crate::runtime::edit_core_table;
+use crate::runtime::Runtime;
 
 /// How long `hsa_queue_destroy` waits for the queue's traced dispatches.
 const QUEUE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -176,8 +180,9 @@ unsafe extern "C" fn hook_queue_create(
     let Some(original) = runtime().and_then(|rt| rt.core.hsa_queue_create_fn) else {
         return HSA_STATUS_ERROR;
     };
-    let traced = session()
-        .and_then(|s| guarded("hsa_queue_create", || None, || create_traced_queue(s, args)));
+    // No wait for a session still starting: the queue's interceptor waits
+    // for it at the first packets instead (see `traces_new_queues`).
+    let traced = guarded("hsa_queue_create", || None, || create_traced_queue(args));
     match traced {
         Some(status) => status,
         // SAFETY: the runtime's own hsa_queue_create with the app's arguments.
@@ -188,15 +193,16 @@ unsafe extern "C" fn hook_queue_create(
 /// Creates the app's queue as an intercept queue with profiling on and
 /// rprof's interceptor. `None`: not created (not tracing, not a traced
 /// agent, or the runtime refused): the caller creates a plain queue.
-fn create_traced_queue(s: &'static Session, args: QueueCreate) -> Option<hsa_status_t> {
-    if !s.engine.is_tracing() || args.queue.is_null() {
+fn create_traced_queue(args: QueueCreate) -> Option<hsa_status_t> {
+    let rt = runtime()?;
+    if args.queue.is_null() || !traces_new_queues() {
         return None;
     }
-    let agent_index = s.agent_index(args.agent)?;
-    let create = s.rt.amd.hsa_amd_queue_intercept_create_fn?;
+    let agent_index = traced_agent_index(args.agent)?;
+    let create = rt.amd.hsa_amd_queue_intercept_create_fn?;
     // ROCr >= 6: the queue's async doorbell gets a driver event that never
     // fired (see doorbell_event); the hold ends with the creation.
-    let hold = s.markers.then(|| FreshEventHold::take(s.rt));
+    let hold = intercept_markers(rt).then(|| FreshEventHold::take(*rt));
     // SAFETY: the app's own arguments, passed on unchanged to the runtime's
     // intercept-queue constructor (same contract as hsa_queue_create).
     let status = unsafe { args.call(create) };
@@ -208,22 +214,22 @@ fn create_traced_queue(s: &'static Session, args: QueueCreate) -> Option<hsa_sta
     let q = unsafe { *args.queue };
     // SAFETY: `q` is a live queue created above.
     let (queue_id, ring_size) = unsafe { ((*q).id, (*q).size) };
-    if let Some(enable) = s.rt.amd.hsa_amd_profiling_set_profiler_enabled_fn {
+    if let Some(enable) = rt.amd.hsa_amd_profiling_set_profiler_enabled_fn {
         // SAFETY: live queue.
         unsafe { enable(q, 1) };
     }
     let ctx = QueueContext::with_ring(queue_id, agent_index, args.agent.handle, ring_size);
-    register_interceptor(s, q, QueueState::new(ctx))
+    register_interceptor(rt, q, QueueState::new(ctx))
 }
 
 /// Registers rprof's interceptor with `state` on the new intercept queue
 /// `q`; the queue works untraced if the runtime refuses.
 fn register_interceptor(
-    s: &'static Session,
+    rt: &Runtime,
     q: *mut hsa_queue_t,
     state: QueueState,
 ) -> Option<hsa_status_t> {
-    let register = s.rt.amd.hsa_amd_queue_intercept_register_fn?;
+    let register = rt.amd.hsa_amd_queue_intercept_register_fn?;
     let raw = Arc::into_raw(Arc::new(state));
     // SAFETY: live intercept queue; `raw` stays valid until the queue is
     // destroyed (it is released only after the runtime's destroy returns).
@@ -234,7 +240,7 @@ fn register_interceptor(
         // The queue works as a plain (untraced) intercept queue.
         return Some(HSA_STATUS_SUCCESS);
     }
-    lock(&s.queues).insert(q as usize, raw);
+    traced_queues().lock().insert(q as usize, raw);
     Some(HSA_STATUS_SUCCESS)
 }
 
@@ -242,26 +248,24 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
     let Some(original) = runtime().and_then(|rt| rt.core.hsa_queue_destroy_fn) else {
         return HSA_STATUS_ERROR;
     };
-    let state = session().and_then(|s| {
-        guarded(
-            "hsa_queue_destroy",
-            || None,
-            || {
-                let raw = lock(&s.queues).remove(&(queue as usize))?;
-                // SAFETY: `raw` is alive: its `Arc` is released only below.
-                let ctx = unsafe { &(*raw).ctx };
-                // Let the queue's traced kernels finish before the queue goes away,
-                // so none of them is lost (bounded: an app may destroy a queue with
-                // work that never ends).
-                poll_until(
-                    Instant::now() + QUEUE_DRAIN_TIMEOUT,
-                    Pace::naps(Duration::from_micros(100)),
-                    || ctx.in_flight() == 0,
-                );
-                Some(raw)
-            },
-        )
-    });
+    let state = guarded(
+        "hsa_queue_destroy",
+        || None,
+        || {
+            let raw = traced_queues().lock().remove(&(queue as usize))?;
+            // SAFETY: `raw` is alive: its `Arc` is released only below.
+            let ctx = unsafe { &(*raw).ctx };
+            // Let the queue's traced kernels finish before the queue goes away,
+            // so none of them is lost (bounded: an app may destroy a queue with
+            // work that never ends).
+            poll_until(
+                Instant::now() + QUEUE_DRAIN_TIMEOUT,
+                Pace::naps(Duration::from_micros(100)),
+                || ctx.in_flight() == 0,
+            );
+            Some(raw)
+        },
+    );
     // SAFETY: the runtime's own hsa_queue_destroy on the app's queue.
     let status = unsafe { original(queue) };
     if let Some(raw) = state {

@@ -44,7 +44,7 @@ mod run_info;
 mod start_gate;
 mod threads;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -78,9 +78,6 @@ pub struct Session {
     /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
     /// loaded rprof counts).
     init_depth: AtomicI64,
-    /// Traced queues by `hsa_queue_t` address, with the data pointer given
-    /// to the runtime's interceptor registration.
-    queues: Mutex<HashMap<usize, *const QueueState>>,
     threads: Mutex<Option<threads::Threads>>,
     finished: AtomicBool,
     /// The completion thread, still recycling for the ring guard after an
@@ -91,18 +88,63 @@ pub struct Session {
     verbose: bool,
     /// Measurement mode: intercept queues with profiling, packets unchanged.
     passthrough: bool,
-    /// ROCr >= 6.0 (AMD extension table major 2): its intercept queue runs
-    /// intercept-marker callbacks, which tell rprof each queue's hardware
-    /// ring, so rprof can keep the runtime from deferring its writes.
+    /// ROCr >= 6.0 (see [`intercept_markers`]).
     markers: bool,
 }
 
-// SAFETY: the raw `QueueState` pointers in `queues` come from `Arc::into_raw`
-// and are only turned back into `Arc`s under the mutex; everything else is
-// `Send + Sync`.
-unsafe impl Send for Session {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Session {}
+/// Whether the runtime's intercept queue runs intercept-marker callbacks
+/// (ROCr >= 6.0, AMD extension table major 2), which tell rprof each
+/// queue's hardware ring, so rprof can keep the runtime from deferring its
+/// writes.
+fn intercept_markers(rt: &Runtime) -> bool {
+    rt.amd.version.major_id >= 2
+}
+
+/// The traced queues by `hsa_queue_t` address, with the data pointer given
+/// to the runtime's interceptor registration. Outside the session: a queue
+/// is created traced while the session is still starting.
+struct TracedQueues(Mutex<BTreeMap<usize, *const QueueState>>);
+
+// SAFETY: the raw `QueueState` pointers come from `Arc::into_raw` and are
+// only turned back into `Arc`s under the mutex (by the destroy hook, which
+// removes them first).
+unsafe impl Send for TracedQueues {}
+// SAFETY: see `Send`; the map is only reached through its mutex.
+unsafe impl Sync for TracedQueues {}
+
+impl TracedQueues {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, *const QueueState>> {
+        lock(&self.0)
+    }
+}
+
+static QUEUES: TracedQueues = TracedQueues(Mutex::new(BTreeMap::new()));
+
+/// The traced queues.
+fn traced_queues() -> &'static TracedQueues {
+    &QUEUES
+}
+
+/// The GPU agents, enumerated at `OnLoad` (before the session exists, for
+/// queues created while it starts).
+static AGENTS: OnceLock<Vec<AgentInfo>> = OnceLock::new();
+
+/// The index of a traced GPU agent (`None`: not a GPU rprof traces, or
+/// before `OnLoad` enumerated them).
+fn traced_agent_index(agent: hsa_sys::hsa_agent_t) -> Option<u32> {
+    agents::gpu_index(AGENTS.get()?, agent)
+}
+
+/// Whether a new queue is to be traced: the session traces, or it is still
+/// starting in this process (its interceptor then waits for it at the
+/// queue's first packets, normally long after: HIP creates its first queue
+/// 0.1 s or more before its first launch).
+fn traces_new_queues() -> bool {
+    match SESSION.get() {
+        Some(s) => s.engine.is_tracing(),
+        None => START.running_here(),
+    }
+}
 
 impl Session {
     /// Whether an app thread's wait may write records in the writer's place
@@ -212,7 +254,7 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
     if !agents.iter().any(|a| !a.cpu) {
         return Err("no GPU agent found; nothing to trace".into());
     }
-    if RUNTIME.set(rt).is_err() {
+    if RUNTIME.set(rt).is_err() || AGENTS.set(agents.clone()).is_err() {
         return Ok(());
     }
     if config.memory_copy_trace || config.rpc_trace {
@@ -243,9 +285,11 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
 /// Starts the session on a thread of its own (`rprof-session`), so that
 /// `OnLoad` returns to `hsa_init` at once: opening the outputs, creating the
 /// signal pool, building the engine and starting its threads take 1-2 ms,
-/// which the app's start-up then overlaps (HIP creates its first queue
-/// 0.3-50 ms after `hsa_init` loaded rprof). Whatever needs the session
-/// waits for it in [`session`]. A start that fails says why in the same
+/// which the app's start-up then overlaps. Whatever needs the session
+/// waits for it in [`session`]; creating a queue does not (it needs only
+/// what `OnLoad` found: [`traces_new_queues`]), so the first wait, if any,
+/// is at the queue's first packets, which HIP writes 0.1 s or more after
+/// creating its first queue (0.3-50 ms after `hsa_init` loaded rprof). A start that fails says why in the same
 /// one message as before, and the app runs untraced. Starts here if no
 /// thread can be started.
 fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
@@ -255,11 +299,16 @@ fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
             guarded(
                 "the tracing session's start",
                 || (),
-                || match Session::start(rt, &config, agents) {
-                    Ok(s) => {
-                        let _ = SESSION.set(s);
+                || {
+                    // Tests' knob (`RPROF_START_DELAY_MS`): a start slower
+                    // than any real one.
+                    std::thread::sleep(config.tuning.start_delay);
+                    match Session::start(rt, &config, agents) {
+                        Ok(s) => {
+                            let _ = SESSION.set(s);
+                        }
+                        Err(why) => eprintln!("rprof: {why}"),
                     }
-                    Err(why) => eprintln!("rprof: {why}"),
                 },
             )
         })
@@ -352,14 +401,13 @@ impl Session {
             source: PoolSource::new(pool),
             agents: agents.clone(),
             init_depth: AtomicI64::new(1),
-            queues: Mutex::new(HashMap::new()),
             threads: Mutex::new(None),
             finished: AtomicBool::new(false),
             guard_thread: Mutex::new(None),
             outputs: crate::report::output_files(config),
             verbose: config.tuning.verbose,
             passthrough: config.tuning.passthrough,
-            markers: rt.amd.version.major_id >= 2,
+            markers: intercept_markers(&rt),
         }));
         let threads = threads::start(engine, RocrBackend::new(rt), sinks, kernels, run, agents)
             .map_err(|e| format!("cannot start the tracing threads: {e}; {UNTRACED}"))?;

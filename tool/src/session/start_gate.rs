@@ -77,6 +77,13 @@ impl StartGate {
         build();
     }
 
+    /// Whether a start runs for this process (false in a forked child,
+    /// which has no such thread).
+    pub(super) fn running_here(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+            && self.pid.load(Ordering::Relaxed) == this_process()
+    }
+
     /// Waits until no start runs: returns at once when none does, in a
     /// forked child, and on the building thread. Returns whether the start
     /// is settled (false: it ran past the timeout; said once on stderr).
