@@ -87,7 +87,8 @@ extern "C" fn write_event_report() {
              first_to_last_kernel_ns={}\n\
              busy_ns={}\nidle_ns={}\nidle_gaps_over_5us={}\n\
              late_retire_ns={}\nlate_retire_max_ns={}\n\
-             last_kernel_to_exit_ns={}\n",
+             last_kernel_to_exit_ns={}\n\
+             loaded_at_ns={}\nreport_at_ns={}\n",
             get(&e.cp.stats.dispatches),
             if first == 0 {
                 0
@@ -105,6 +106,8 @@ extern "C" fn write_event_report() {
             } else {
                 now.saturating_sub(until)
             },
+            e.loaded_ns,
+            now,
         );
         if let Err(err) = std::fs::write(path, text) {
             eprintln!(

@@ -41,8 +41,12 @@ pub const DELTA_CLOCK_ID: u32 = 64;
 pub const REORDER_WINDOW: usize = 2048;
 
 /// Uncompressed bytes of packets collected into one `compressed_packets`
-/// bundle when [`WriterOptions::compress`] is on.
-pub const COMPRESS_CHUNK_BYTES: usize = 128 * 1024;
+/// bundle when [`WriterOptions::compress`] is on. Small enough that
+/// deflating one (~0.1 ms) fits between two looks at a signal by an app
+/// thread that writes records while it waits (rprof's lending wait); 128
+/// KiB bundles made traces ~8 % smaller but had to be deflated by the
+/// writer thread, on a core the app or the device needed.
+pub const COMPRESS_CHUNK_BYTES: usize = 32 * 1024;
 
 /// The most a full bundle deflates to: its input plus deflate's worst case
 /// (a few bytes per 64 KiB over the input).
@@ -653,20 +657,24 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// How many more bytes of packets the writer takes before it writes to
-    /// the underlying writer: the room left in the bundle being filled
-    /// (compressed; 0 once the buffer behind it has no room for a whole
-    /// deflated bundle), or in the buffer (plain encoding). A caller that
-    /// must never block on I/O writes only while this is large.
+    /// the underlying writer: compressed, the room left in the bundle being
+    /// filled plus a whole bundle for each further deflated bundle the
+    /// buffer behind it still holds at the worst (0 once it cannot hold
+    /// one: bundles are deflated into that buffer, so filling them costs
+    /// CPU but no I/O); plain, the room in the buffer. A caller that must
+    /// never block on I/O writes only while this is large.
     pub fn spare_room(&self) -> usize {
         let buffered = self.out.capacity() - self.out.buffer().len();
         if !self.options.compress {
             return buffered;
         }
         // A deflated bundle, framed: a few header bytes more.
-        if buffered < DEFLATED_BUNDLE_MAX + 32 {
+        let bundle = DEFLATED_BUNDLE_MAX + 32;
+        if buffered < bundle {
             return 0;
         }
         COMPRESS_CHUNK_BYTES.saturating_sub(self.chunk.len())
+            + COMPRESS_CHUNK_BYTES * ((buffered - bundle) / bundle)
     }
 
     /// Flushes buffered packets to the underlying writer (with compression,

@@ -481,3 +481,77 @@ fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
     assert_eq!(read.len(), 6_000);
     assert_eq!(read, written);
 }
+
+/// Keeps the bytes that reach the underlying writer.
+struct SharedWriter(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl std::io::Write for SharedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Compressed bundles are deflated into the writer's buffer, not written: a
+/// caller that writes only while `spare_room` says 16 KiB are left (rprof's
+/// app threads writing records while they wait) fills and deflates several
+/// bundles, and no byte reaches the file while it does. (When the room
+/// counted only the bundle being filled, such a caller stopped before its
+/// first bundle was deflated and left every deflate to the writer thread.)
+#[test]
+fn spare_room_counts_the_bundles_the_buffer_still_takes() {
+    let file = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let mut w = TraceWriter::with_options(SharedWriter(file.clone()), WriterOptions::default());
+    w.write_custom_track(&CustomTrack::new(5, "queue 1"))
+        .unwrap();
+    let kernel = w.intern_event_name("vector_add");
+    let grid = w.intern_annotation_name("grid.x");
+    // Timestamps and args that deflate like a real trace's, not to nothing.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut t, mut slices) = (1_000u64, 0usize);
+    // A bundle deflated: the bytes so far drop (its packets, counted as they
+    // are while it fills, become its smaller deflated form).
+    let (mut before, mut deflated) = (w.bytes_written(), 0);
+    while w.spare_room() >= 16 * 1024 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let start = t + x % 1_000;
+        w.write_slice(&Slice {
+            args: &[Arg {
+                name: grid,
+                value: ArgValue::Uint(x >> 40),
+            }],
+            ..Slice::new(5, start, start + 20_000 + x % 5_000, kernel)
+        })
+        .unwrap();
+        t += 25_000;
+        slices += 1;
+        assert!(
+            file.borrow().is_empty(),
+            "a byte was written after {slices} slices"
+        );
+        let now = w.bytes_written();
+        if now < before {
+            deflated += 1;
+        }
+        before = now;
+        assert!(slices < 2_000_000, "spare_room never fell");
+    }
+    assert!(
+        deflated >= 2,
+        "{deflated} bundles deflated in {slices} slices before the room ran out"
+    );
+    // Everything taken is in the finished trace.
+    drop(w.finish().unwrap());
+    let trace = decode_trace(&file.borrow()).unwrap();
+    let events = trace
+        .packet
+        .iter()
+        .filter(|p| matches!(p.data, Some(Data::TrackEvent(_))))
+        .count();
+    assert_eq!(events, 2 * slices, "a BEGIN and an END per slice");
+}
