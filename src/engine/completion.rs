@@ -28,6 +28,14 @@ const SERIAL_PACE: Pace = Pace::new(SERIAL_YIELD_ROUNDS, SERIAL_NAP);
 /// yields, then naps of 100 µs (bounded by [`super::WRITER_STALL`] without
 /// writer progress).
 const RECORD_PUSH_PACE: Pace = Pace::new(15, Duration::from_micros(100));
+/// While completions flow and nobody waits for this thread, a pass should
+/// retire about this many dispatches: after a pass that retired fewer, the
+/// nap before the next doubles (up to `max_backoff`), after one that
+/// retired four times as many it halves (down to `min_backoff`). Each pass
+/// takes a core from the app or the device (on the 20 µs mix a pass every
+/// 100 µs retired ~5 dispatches); timestamps do not depend on when they are
+/// read.
+const RETIRE_BATCH: usize = 64;
 /// How many of the oldest in-flight dispatches an ordinary pass reads.
 const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
@@ -136,8 +144,39 @@ enum AfterStop {
 struct Idle {
     /// Sleep between polls while dispatches are in flight and none completes.
     backoff: Doubling,
+    /// Sleep after a pass that retired something (see [`RETIRE_BATCH`]).
+    flowing: FlowNap,
     /// Idle passes while someone waits for this thread.
     serial_idle: u32,
+}
+
+/// The nap after a pass that retired dispatches, sized so that a pass
+/// retires about [`RETIRE_BATCH`] of them.
+struct FlowNap {
+    min: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl FlowNap {
+    fn new(min: Duration, max: Duration) -> Self {
+        let min = min.min(max);
+        FlowNap {
+            min,
+            max,
+            current: min,
+        }
+    }
+
+    /// The nap after a pass that retired `retired` dispatches.
+    fn after(&mut self, retired: usize) -> Duration {
+        if retired < RETIRE_BATCH {
+            self.current = (self.current * 2).min(self.max);
+        } else if retired >= 4 * RETIRE_BATCH {
+            self.current = (self.current / 2).max(self.min);
+        }
+        self.current
+    }
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -161,6 +200,7 @@ impl<S: DispatchSignal> Engine<S> {
         let mut serializer = Serializer::default();
         let mut idle = Idle {
             backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
+            flowing: FlowNap::new(self.options.min_backoff, self.options.max_backoff),
             serial_idle: 0,
         };
         let sleeper = self.completion_wake.sleeper();
@@ -403,11 +443,12 @@ impl<S: DispatchSignal> Engine<S> {
                 return;
             }
             // An interceptor waits for ring space or signals: look again at
-            // once. Otherwise let completions accumulate: timestamps do not
-            // depend on when they are read, and nobody but rprof waits on
-            // these signals.
+            // once. Otherwise let completions accumulate (RETIRE_BATCH):
+            // timestamps do not depend on when they are read, and nobody but
+            // rprof waits on these signals.
             if !self.urgent.swap(false, Ordering::AcqRel) {
-                sleeper.sleep(SleepKind::Backoff, idle.backoff.min(), || {
+                let nap = idle.flowing.after(scan.done);
+                sleeper.sleep(SleepKind::Backoff, nap, || {
                     self.urgent.load(Ordering::Acquire)
                 });
             }
@@ -551,5 +592,27 @@ impl<S: DispatchSignal> Engine<S> {
                 self.writer_stalled.store(true, Ordering::Release);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nap_after_a_pass_grows_while_passes_retire_few_and_shrinks_while_they_retire_many() {
+        let us = Duration::from_micros;
+        let mut nap = FlowNap::new(us(100), us(1_000));
+        // The 20 µs mix: ~5 dispatches a pass at first; the nap doubles
+        // until it reaches the longest.
+        let naps: Vec<Duration> = (0..6).map(|_| nap.after(5)).collect();
+        assert_eq!(naps, [200, 400, 800, 1_000, 1_000, 1_000].map(us));
+        // A pass retiring a batch keeps it.
+        assert_eq!(nap.after(RETIRE_BATCH), us(1_000));
+        assert_eq!(nap.after(4 * RETIRE_BATCH - 1), us(1_000));
+        // Passes retiring four batches or more halve it, down to the
+        // shortest.
+        let naps: Vec<Duration> = (0..5).map(|_| nap.after(4 * RETIRE_BATCH)).collect();
+        assert_eq!(naps, [500, 250, 125, 100, 100].map(us));
     }
 }

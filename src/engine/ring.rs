@@ -64,8 +64,9 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
-    /// Asks the completion thread for a full pass at once.
-    fn poll_now(&self) {
+    /// Asks the completion thread for a full pass at once (it may be in a
+    /// nap of up to `max_backoff` while completions flow).
+    pub fn poll_now(&self) {
         self.urgent.store(true, Ordering::Release);
         self.completion_wake.notify();
     }

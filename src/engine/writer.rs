@@ -230,13 +230,20 @@ impl<S: DispatchSignal> Engine<S> {
         let mut last_flush = Instant::now();
         let sleeper = self.writer_wake.sleeper();
         let mut idle = WRITER_IDLE;
+        let mut lent_seen = self.counters.lent.load(Ordering::Relaxed);
         loop {
             // A lender found a sink's buffers full: write the files (only
-            // this thread does) and, unless the queue is filling up, leave
-            // the queued records to the lender that asked.
+            // this thread does). While app threads write records (some did
+            // since this thread last looked), leave the queued records to
+            // them unless the queue is filling up: what this thread writes
+            // takes a core from the app or the device, what they write does
+            // not.
             let wanted = self.writer_flush_wanted.swap(false, Ordering::AcqRel);
-            let leave_to_lender = wanted
-                && self.records.len() * 2 < self.records.capacity()
+            let lent = self.counters.lent.load(Ordering::Relaxed);
+            let lenders_active = lent != lent_seen;
+            lent_seen = lent;
+            let leave_to_lender = (wanted || lenders_active)
+                && self.records.len() * 8 < self.records.capacity()
                 && self.state.load(Ordering::Acquire) < STOP_WRITER;
             let (got, dirty) = {
                 let mut held = self.writer_job();

@@ -27,7 +27,7 @@ use super::doorbell_event::FreshEventHold;
 use super::interceptor::{interceptor, QueueState};
 use super::{
     guarded, intercept_markers, kernel_symbols, runtime, session, traced_agent_index,
-    traced_queues, traces_new_queues, Session,
+    traced_queues, traces_new_queues, Session, SESSION,
 };
 use crate::runtime::edit_core_table;
 use crate::runtime::Runtime;
@@ -257,7 +257,13 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
             let ctx = unsafe { &(*raw).ctx };
             // Let the queue's traced kernels finish before the queue goes away,
             // so none of them is lost (bounded: an app may destroy a queue with
-            // work that never ends).
+            // work that never ends). The completion thread may be napping:
+            // ask for a pass now.
+            if ctx.in_flight() > 0 {
+                if let Some(s) = SESSION.get() {
+                    s.engine.poll_now();
+                }
+            }
             poll_until(
                 Instant::now() + QUEUE_DRAIN_TIMEOUT,
                 Pace::naps(Duration::from_micros(100)),
