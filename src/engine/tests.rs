@@ -3078,6 +3078,51 @@ impl RecordSink for RoomSink {
     }
 }
 
+/// A sink that never buffers for a lender (rocpd, split Perfetto: no room
+/// from the start) leaves all writing to the writer thread, and lenders do
+/// not ask it to flush: before, every lending attempt (each 200 µs of an
+/// app's wait) made the writer thread flush, a database commit for rocpd.
+#[test]
+fn lenders_leave_a_sink_without_room_alone() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    let (room, records, flushes) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let sink = RoomSink {
+        room: room.clone(),
+        records: records.clone(),
+        flushes: flushes.clone(),
+    };
+    let writer = spawn_writer(engine.clone(), Box::new(sink));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.writer_job().is_none() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    for n in 1..=200u64 {
+        let rec = Record::Dispatch(DispatchRecord {
+            dispatch_id: n,
+            kernel_object: 0x1000,
+            ..Default::default()
+        });
+        assert!(engine.records.push(rec).is_ok());
+        assert_eq!(engine.lend_writer(16), 0);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // The writer thread's own flushes only (one per 100 ms of records).
+    assert!(
+        flushes.load(Ordering::SeqCst) <= 2,
+        "{} flushes for 200 lending attempts",
+        flushes.load(Ordering::SeqCst)
+    );
+    engine.stop_writer();
+    let outcome = writer.join().unwrap();
+    assert_eq!(outcome.metadata.dispatches, 200);
+    assert_eq!(records.load(Ordering::SeqCst), 200);
+    assert_eq!(engine.counters().lent.load(Ordering::Relaxed), 0);
+}
+
 /// A lending thread never makes a sink write its file: while a sink has
 /// less room in its buffers than a record could take, the lender writes
 /// nothing and asks the writer thread, which flushes (the only thread that

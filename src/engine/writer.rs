@@ -193,6 +193,12 @@ pub(super) struct WriterJob {
     tally: Tally,
     /// Records reached the sinks since their last flush.
     dirty: bool,
+    /// Every sink had room when it started: lenders may write. A sink that
+    /// never buffers for a lender (rocpd, split Perfetto: `spare_room` 0)
+    /// leaves all writing to the writer thread, and lenders then neither
+    /// write nor ask for flushes (each ask made the writer thread flush,
+    /// every 200 µs of an app's wait).
+    lends: bool,
 }
 
 impl std::fmt::Debug for WriterJob {
@@ -224,8 +230,10 @@ impl<S: DispatchSignal> Engine<S> {
             names,
             tally: Tally::default(),
             dirty: false,
+            lends: false,
         };
         job.sinks.each("start", |s| s.start(run, agents));
+        job.lends = job.sinks.spare_room() > 0;
         *self.writer_job() = Some(job);
         let mut last_flush = Instant::now();
         let sleeper = self.writer_wake.sleeper();
@@ -323,8 +331,8 @@ impl<S: DispatchSignal> Engine<S> {
             Err(std::sync::TryLockError::WouldBlock) => return 0,
         };
         let n = match held.as_mut() {
-            Some(job) => self.drain_records(job, max, LEND_ROOM),
-            None => 0,
+            Some(job) if job.lends => self.drain_records(job, max, LEND_ROOM),
+            _ => 0,
         };
         if n > 0 {
             self.counters.lent.fetch_add(n as u64, Ordering::Relaxed);
