@@ -2917,6 +2917,17 @@ fn spawn_writer(
     })
 }
 
+/// Dispatch record `n` of a lending test (ids and end time from `n`).
+fn numbered_dispatch(n: u64) -> Record {
+    Record::Dispatch(DispatchRecord {
+        correlation_id: n,
+        dispatch_id: n,
+        kernel_object: 0x1000,
+        end_ns: 2_500 + n,
+        ..Default::default()
+    })
+}
+
 /// Threads that lend themselves to the writer (`lend_writer`, as an app
 /// thread spinning on the device does between slices of its wait) write
 /// records beside the writer thread: each reaches the sinks exactly once,
@@ -2929,15 +2940,7 @@ fn lending_threads_write_each_record_once_in_queue_order() {
         record_queue: 1024,
         ..EngineOptions::default()
     }));
-    let dispatch = |n: u64| {
-        Record::Dispatch(DispatchRecord {
-            correlation_id: n,
-            dispatch_id: n,
-            kernel_object: 0x1000,
-            end_ns: 2_500 + n,
-            ..Default::default()
-        })
-    };
+    let dispatch = numbered_dispatch;
     // No writer yet: there is nothing to lend to, and the record stays.
     assert!(engine.records.push(dispatch(1)).is_ok());
     assert_eq!(engine.lend_writer(16), 0);
@@ -2992,15 +2995,7 @@ fn lending_threads_write_each_record_once_in_queue_order() {
 fn the_writer_thread_leaves_the_records_to_a_lending_app_thread() {
     const N: u64 = 3_000;
     let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
-    let dispatch = |n: u64| {
-        Record::Dispatch(DispatchRecord {
-            correlation_id: n,
-            dispatch_id: n,
-            kernel_object: 0x1000,
-            end_ns: 2_500 + n,
-            ..Default::default()
-        })
-    };
+    let dispatch = numbered_dispatch;
     let collected = Arc::new(Mutex::new(Collected::default()));
     let writer = spawn_writer(engine.clone(), Box::new(CollectSink(collected.clone())));
     let stop = Arc::new(AtomicBool::new(false));
@@ -3078,15 +3073,20 @@ impl RecordSink for RoomSink {
     }
 }
 
-/// A sink that never buffers for a lender (rocpd, split Perfetto: no room
-/// from the start) leaves all writing to the writer thread, and lenders do
-/// not ask it to flush: before, every lending attempt (each 200 µs of an
-/// app's wait) made the writer thread flush, a database commit for rocpd.
-#[test]
-fn lenders_leave_a_sink_without_room_alone() {
-    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+/// A writer thread over one [`RoomSink`] with `room` bytes left, once it
+/// holds the sinks' state; with the sink's room, record and flush counts.
+#[allow(clippy::type_complexity)]
+fn spawn_room_writer(
+    engine: &Arc<Engine<FakeSignal>>,
+    room: u64,
+) -> (
+    std::thread::JoinHandle<WriterOutcome>,
+    Arc<AtomicU64>,
+    Arc<AtomicU64>,
+    Arc<AtomicU64>,
+) {
     let (room, records, flushes) = (
-        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(room)),
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
@@ -3100,6 +3100,17 @@ fn lenders_leave_a_sink_without_room_alone() {
     while engine.writer_job().is_none() && Instant::now() < deadline {
         std::thread::yield_now();
     }
+    (writer, room, records, flushes)
+}
+
+/// A sink that never buffers for a lender (rocpd, split Perfetto: no room
+/// from the start) leaves all writing to the writer thread, and lenders do
+/// not ask it to flush: before, every lending attempt (each 200 µs of an
+/// app's wait) made the writer thread flush, a database commit for rocpd.
+#[test]
+fn lenders_leave_a_sink_without_room_alone() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    let (writer, _room, records, flushes) = spawn_room_writer(&engine, 0);
     for n in 1..=200u64 {
         let rec = Record::Dispatch(DispatchRecord {
             dispatch_id: n,
@@ -3133,22 +3144,7 @@ fn a_lender_leaves_the_files_to_the_writer_thread() {
         record_queue: 1024,
         ..EngineOptions::default()
     }));
-    let (room, records, flushes) = (
-        Arc::new(AtomicU64::new(100)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let sink = RoomSink {
-        room: room.clone(),
-        records: records.clone(),
-        flushes: flushes.clone(),
-    };
-    let writer = spawn_writer(engine.clone(), Box::new(sink));
-    // Wait for the writer's first look (it takes the sinks' state).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while engine.writer_job().is_none() && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    let (writer, _room, records, flushes) = spawn_room_writer(&engine, 100);
     let dispatch = |n: u64| {
         Record::Dispatch(DispatchRecord {
             dispatch_id: n,
