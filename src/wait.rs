@@ -143,8 +143,9 @@ pub fn poll_until(deadline: Instant, pace: Pace, mut ready: impl FnMut() -> bool
 }
 
 /// An exponential sleep length between `min` and `max`: [`Doubling::step`]
-/// returns the current length and doubles it (up to `max`);
-/// [`Doubling::reset`] starts again from `min`.
+/// returns the current length and doubles it (up to `max`),
+/// [`Doubling::halve`] halves it (down to `min`); [`Doubling::reset`]
+/// starts again from `min`.
 #[derive(Debug, Clone, Copy)]
 pub struct Doubling {
     min: Duration,
@@ -163,9 +164,9 @@ impl Doubling {
         }
     }
 
-    /// The shortest length.
-    pub fn min(&self) -> Duration {
-        self.min
+    /// The current length.
+    pub fn current(&self) -> Duration {
+        self.current
     }
 
     /// The current length; the next call returns twice it (at most `max`).
@@ -173,6 +174,11 @@ impl Doubling {
         let d = self.current;
         self.current = (self.current * 2).min(self.max);
         d
+    }
+
+    /// Half the current length (at least `min`).
+    pub fn halve(&mut self) {
+        self.current = (self.current / 2).max(self.min);
     }
 
     /// Back to `min`.
@@ -574,7 +580,7 @@ mod tests {
         assert_eq!(d.step(), Duration::from_micros(100));
         // A min above max is capped.
         let mut d = Doubling::new(Duration::from_millis(5), Duration::from_millis(1));
-        assert_eq!(d.min(), Duration::from_millis(1));
+        assert_eq!(d.current(), Duration::from_millis(1));
         assert_eq!(d.step(), Duration::from_millis(1));
     }
 }

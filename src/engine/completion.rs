@@ -144,39 +144,21 @@ enum AfterStop {
 struct Idle {
     /// Sleep between polls while dispatches are in flight and none completes.
     backoff: Doubling,
-    /// Sleep after a pass that retired something (see [`RETIRE_BATCH`]).
-    flowing: FlowNap,
+    /// Sleep after a pass that retired something ([`flow_nap`]).
+    flowing: Doubling,
     /// Idle passes while someone waits for this thread.
     serial_idle: u32,
 }
 
-/// The nap after a pass that retired dispatches, sized so that a pass
-/// retires about [`RETIRE_BATCH`] of them.
-struct FlowNap {
-    min: Duration,
-    max: Duration,
-    current: Duration,
-}
-
-impl FlowNap {
-    fn new(min: Duration, max: Duration) -> Self {
-        let min = min.min(max);
-        FlowNap {
-            min,
-            max,
-            current: min,
-        }
+/// The nap after a pass that retired `retired` dispatches, sized so that a
+/// pass retires about [`RETIRE_BATCH`] of them.
+fn flow_nap(nap: &mut Doubling, retired: usize) -> Duration {
+    if retired < RETIRE_BATCH {
+        nap.step();
+    } else if retired >= 4 * RETIRE_BATCH {
+        nap.halve();
     }
-
-    /// The nap after a pass that retired `retired` dispatches.
-    fn after(&mut self, retired: usize) -> Duration {
-        if retired < RETIRE_BATCH {
-            self.current = (self.current * 2).min(self.max);
-        } else if retired >= 4 * RETIRE_BATCH {
-            self.current = (self.current / 2).max(self.min);
-        }
-        self.current
-    }
+    nap.current()
 }
 
 impl<S: DispatchSignal> Engine<S> {
@@ -200,7 +182,7 @@ impl<S: DispatchSignal> Engine<S> {
         let mut serializer = Serializer::default();
         let mut idle = Idle {
             backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
-            flowing: FlowNap::new(self.options.min_backoff, self.options.max_backoff),
+            flowing: Doubling::new(self.options.min_backoff, self.options.max_backoff),
             serial_idle: 0,
         };
         let sleeper = self.completion_wake.sleeper();
@@ -447,7 +429,7 @@ impl<S: DispatchSignal> Engine<S> {
             // timestamps do not depend on when they are read, and nobody but
             // rprof waits on these signals.
             if !self.urgent.swap(false, Ordering::AcqRel) {
-                let nap = idle.flowing.after(scan.done);
+                let nap = flow_nap(&mut idle.flowing, scan.done);
                 sleeper.sleep(SleepKind::Backoff, nap, || {
                     self.urgent.load(Ordering::Acquire)
                 });
@@ -602,17 +584,19 @@ mod tests {
     #[test]
     fn the_nap_after_a_pass_grows_while_passes_retire_few_and_shrinks_while_they_retire_many() {
         let us = Duration::from_micros;
-        let mut nap = FlowNap::new(us(100), us(1_000));
+        let mut nap = Doubling::new(us(100), us(1_000));
         // The 20 µs mix: ~5 dispatches a pass at first; the nap doubles
         // until it reaches the longest.
-        let naps: Vec<Duration> = (0..6).map(|_| nap.after(5)).collect();
+        let naps: Vec<Duration> = (0..6).map(|_| flow_nap(&mut nap, 5)).collect();
         assert_eq!(naps, [200, 400, 800, 1_000, 1_000, 1_000].map(us));
         // A pass retiring a batch keeps it.
-        assert_eq!(nap.after(RETIRE_BATCH), us(1_000));
-        assert_eq!(nap.after(4 * RETIRE_BATCH - 1), us(1_000));
+        assert_eq!(flow_nap(&mut nap, RETIRE_BATCH), us(1_000));
+        assert_eq!(flow_nap(&mut nap, 4 * RETIRE_BATCH - 1), us(1_000));
         // Passes retiring four batches or more halve it, down to the
         // shortest.
-        let naps: Vec<Duration> = (0..5).map(|_| nap.after(4 * RETIRE_BATCH)).collect();
+        let naps: Vec<Duration> = (0..5)
+            .map(|_| flow_nap(&mut nap, 4 * RETIRE_BATCH))
+            .collect();
         assert_eq!(naps, [500, 250, 125, 100, 100].map(us));
     }
 }
