@@ -15,7 +15,6 @@ use hsa_sys::{
 };
 use rprof_core::record::AgentInfo;
 
-use super::Session;
 use crate::runtime::Runtime;
 
 /// GPU agents in enumeration order, then, with `with_cpus`, the CPU agents
@@ -97,13 +96,11 @@ pub(super) fn gpu_index(agents: &[AgentInfo], agent: hsa_agent_t) -> Option<u32>
         .map(|a| a.index)
 }
 
-impl Session {
-    /// The index of any listed agent (GPU or CPU) and whether it is a GPU.
-    /// A linear search of a few entries: no lock, no allocation.
-    pub(super) fn any_agent(&self, agent: hsa_agent_t) -> Option<(u32, bool)> {
-        self.agents
-            .iter()
-            .find(|a| a.handle == agent.handle)
-            .map(|a| (a.index, !a.cpu))
-    }
+/// The index of any listed agent (GPU or CPU) and whether it is a GPU.
+/// A linear search of a few entries: no lock, no allocation.
+pub(super) fn any_agent(agent: hsa_agent_t) -> Option<(u32, bool)> {
+    super::listed_agents()
+        .iter()
+        .find(|a| a.handle == agent.handle)
+        .map(|a| (a.index, !a.cpu))
 }

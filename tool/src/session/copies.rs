@@ -25,7 +25,8 @@ use hsa_sys::{
 };
 use rprof_core::record::{CopyApi, CopyDirection, MemoryCopyRecord};
 
-use super::{session, Session};
+use super::agents::any_agent;
+use super::{listed_agents, session, Session};
 use crate::runtime::{replace_amd_entry, AmdEntry};
 
 /// ROCr's async-copy profiling is turned on once, at the first copy.
@@ -99,15 +100,14 @@ fn enable_profiling(s: &Session) {
 /// The record of a copy between two listed agents, or `None` (an agent
 /// rprof does not list: the copy runs untraced).
 fn linear_record(
-    s: &Session,
     api: CopyApi,
     src_agent: hsa_agent_t,
     dst_agent: hsa_agent_t,
     bytes: usize,
     engine: u32,
 ) -> Option<MemoryCopyRecord> {
-    let (src, src_gpu) = s.any_agent(src_agent)?;
-    let (dst, dst_gpu) = s.any_agent(dst_agent)?;
+    let (src, src_gpu) = any_agent(src_agent)?;
+    let (dst, dst_gpu) = any_agent(dst_agent)?;
     Some(MemoryCopyRecord {
         src_agent: src,
         dst_agent: dst,
@@ -129,7 +129,6 @@ const DEVICE_TO_HOST: hsa_amd_copy_direction_t = 2;
 /// agent. Bytes are the rectangle's (`range.x * range.y * range.z`, `x` in
 /// bytes).
 fn rect_record(
-    s: &Session,
     copy_agent: hsa_agent_t,
     dir: hsa_amd_copy_direction_t,
     range: *const hsa_dim3_t,
@@ -141,8 +140,11 @@ fn rect_record(
     // is called (the runtime reads it the same way).
     let r = unsafe { *range };
     let bytes = u64::from(r.x) * u64::from(r.y) * u64::from(r.z);
-    let (gpu, _) = s.any_agent(copy_agent)?;
-    let cpu = s.agents.iter().find(|a| a.cpu).map_or(gpu, |a| a.index);
+    let (gpu, _) = any_agent(copy_agent)?;
+    let cpu = listed_agents()
+        .iter()
+        .find(|a| a.cpu)
+        .map_or(gpu, |a| a.index);
     let (src_agent, dst_agent, direction) = match dir {
         HOST_TO_HOST => (cpu, cpu, CopyDirection::HostToHost),
         HOST_TO_DEVICE => (cpu, gpu, CopyDirection::HostToDevice),
@@ -221,7 +223,7 @@ unsafe extern "C" fn hook_async_copy(
     run_copy(
         s,
         completion_signal,
-        || linear_record(s, CopyApi::AsyncCopy, src_agent, dst_agent, size, 0),
+        || linear_record(CopyApi::AsyncCopy, src_agent, dst_agent, size, 0),
         |signal| {
             // SAFETY: the runtime's own entry with the app's arguments; only
             // the completion signal may be rprof's (a live pooled signal).
@@ -263,7 +265,7 @@ unsafe extern "C" fn hook_async_copy_on_engine(
     run_copy(
         s,
         completion_signal,
-        || linear_record(s, CopyApi::OnEngine, src_agent, dst_agent, size, engine_id),
+        || linear_record(CopyApi::OnEngine, src_agent, dst_agent, size, engine_id),
         |signal| {
             // SAFETY: as in `hook_async_copy`.
             unsafe {
@@ -306,7 +308,7 @@ unsafe extern "C" fn hook_async_copy_rect(
     run_copy(
         s,
         completion_signal,
-        || rect_record(s, copy_agent, dir, range),
+        || rect_record(copy_agent, dir, range),
         |signal| {
             // SAFETY: as in `hook_async_copy`.
             unsafe {

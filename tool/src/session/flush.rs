@@ -117,7 +117,7 @@ impl Session {
         let Some(write) = self.rt.core.hsa_queue_load_write_index_relaxed_fn else {
             return Vec::new();
         };
-        let queues = super::traced_queues().lock();
+        let queues = super::QUEUES.lock();
         queues
             .keys()
             .map(|&q| {
@@ -137,7 +137,7 @@ impl Session {
         let Some(read) = self.rt.core.hsa_queue_load_read_index_relaxed_fn else {
             return false;
         };
-        let queues = super::traced_queues().lock();
+        let queues = super::QUEUES.lock();
         snapshot.iter().any(|&(q, written)| {
             queues.contains_key(&q)
                 // SAFETY: as in `write_indices`; still in the map.

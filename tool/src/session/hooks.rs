@@ -27,7 +27,7 @@ use super::doorbell_event::FreshEventHold;
 use super::interceptor::{interceptor, QueueState};
 use super::{
     guarded, intercept_markers, kernel_symbols, runtime, session, traced_agent_index,
-    traced_queues, traces_new_queues, Session, SESSION,
+    traces_new_queues, Session, QUEUES, SESSION,
 };
 use crate::runtime::edit_core_table;
 use crate::runtime::Runtime;
@@ -240,7 +240,7 @@ fn register_interceptor(
         // The queue works as a plain (untraced) intercept queue.
         return Some(HSA_STATUS_SUCCESS);
     }
-    traced_queues().lock().insert(q as usize, raw);
+    QUEUES.lock().insert(q as usize, raw);
     Some(HSA_STATUS_SUCCESS)
 }
 
@@ -252,7 +252,7 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
         "hsa_queue_destroy",
         || None,
         || {
-            let raw = traced_queues().lock().remove(&(queue as usize))?;
+            let raw = QUEUES.lock().remove(&(queue as usize))?;
             // SAFETY: `raw` is alive: its `Arc` is released only below.
             let ctx = unsafe { &(*raw).ctx };
             // Let the queue's traced kernels finish before the queue goes away,

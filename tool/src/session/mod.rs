@@ -74,7 +74,6 @@ pub struct Session {
     rt: Runtime,
     engine: Arc<Engine<PooledSignal>>,
     source: PoolSource,
-    agents: Vec<AgentInfo>,
     /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
     /// loaded rprof counts).
     init_depth: AtomicI64,
@@ -120,19 +119,19 @@ impl TracedQueues {
 
 static QUEUES: TracedQueues = TracedQueues(Mutex::new(BTreeMap::new()));
 
-/// The traced queues.
-fn traced_queues() -> &'static TracedQueues {
-    &QUEUES
-}
-
 /// The GPU agents, enumerated at `OnLoad` (before the session exists, for
 /// queues created while it starts).
 static AGENTS: OnceLock<Vec<AgentInfo>> = OnceLock::new();
 
+/// The agents `OnLoad` enumerated (none before).
+fn listed_agents() -> &'static [AgentInfo] {
+    AGENTS.get().map_or(&[], Vec::as_slice)
+}
+
 /// The index of a traced GPU agent (`None`: not a GPU rprof traces, or
 /// before `OnLoad` enumerated them).
 fn traced_agent_index(agent: hsa_sys::hsa_agent_t) -> Option<u32> {
-    agents::gpu_index(AGENTS.get()?, agent)
+    agents::gpu_index(listed_agents(), agent)
 }
 
 /// Whether a new queue is to be traced: the session traces, or it is still
@@ -157,7 +156,7 @@ impl Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("agents", &self.agents)
+            .field("agents", &listed_agents())
             .finish_non_exhaustive()
     }
 }
@@ -399,7 +398,6 @@ impl Session {
             rt,
             engine: engine.clone(),
             source: PoolSource::new(pool),
-            agents: agents.clone(),
             init_depth: AtomicI64::new(1),
             threads: Mutex::new(None),
             finished: AtomicBool::new(false),
