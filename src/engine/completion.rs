@@ -140,6 +140,20 @@ enum AfterStop {
     Return,
 }
 
+/// What the completion thread works on, held by it between its passes'
+/// rests, and by a lending app thread for one pass
+/// ([`Engine::lend_completion`]).
+#[derive(Debug)]
+pub(super) struct CompletionJob<S> {
+    /// Dispatches published and not yet retired, in submission order.
+    tracked: VecDeque<InFlight<S>>,
+    /// `--serialize-kernels`' grants (the thread's alone).
+    serializer: Serializer,
+    /// Memory copies taken from the copy queue and not yet retired (the
+    /// thread's alone).
+    copies: Vec<super::copies::CopyInFlight<S>>,
+}
+
 /// The completion thread's idle schedule between passes.
 struct Idle {
     /// Sleep between polls while dispatches are in flight and none completes.
@@ -171,58 +185,148 @@ impl<S: DispatchSignal> Engine<S> {
     /// destroyed queues left, settle at shutdown, let serialized kernels
     /// through, then rest by the idle schedule.
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
-        // In submission order; finished entries are moved to the front and
-        // popped, so a pass moves only what finished (a `Vec` would shift
-        // every unfinished entry after each pass).
-        let mut tracked: VecDeque<InFlight<S>> =
-            VecDeque::with_capacity(self.options.max_in_flight.max(1));
-        // Published after every pass (`completion_passes`) for interceptors
-        // waiting for ring space; it goes on from the published count.
-        let mut pass = self.completion_passes.load(Ordering::Relaxed);
-        let mut serializer = Serializer::default();
+        *self.completion_job() = Some(CompletionJob {
+            // In submission order; finished entries are moved to the front
+            // and popped, so a pass moves only what finished (a `Vec` would
+            // shift every unfinished entry after each pass).
+            tracked: VecDeque::with_capacity(self.options.max_in_flight.max(1)),
+            serializer: Serializer::default(),
+            copies: Vec::with_capacity(self.copies.capacity()),
+        });
+        // This thread's own passes, for the full scan every
+        // FULL_SCAN_EVERY-th (a lender's pass never reads everything).
+        let mut pass: u64 = 0;
         let mut idle = Idle {
             backoff: Doubling::new(self.options.min_backoff, self.options.max_backoff),
             flowing: Doubling::new(self.options.min_backoff, self.options.max_backoff),
             serial_idle: 0,
         };
         let sleeper = self.completion_wake.sleeper();
-        let mut copies = Vec::with_capacity(self.copies.capacity());
         loop {
             // This thread runs while dispatches are in flight: it keeps the
             // interceptor's fast clock fitted (a few loads when not due).
             rprof_abi::clock::calibrate_fast_clock();
-            self.take_published(&mut tracked);
-            let copies_done = self.poll_copies(backend, &mut copies);
-            let scan = self.scan(backend, &mut tracked, pass);
+            // A lending app thread is in a pass (a short one): never wait
+            // for it; look again after the shortest backoff.
+            let Some(mut held) = self.try_completion_job() else {
+                sleeper.sleep(SleepKind::Backoff, self.options.min_backoff, || {
+                    self.urgent.load(Ordering::Acquire)
+                });
+                continue;
+            };
+            let job = held
+                .as_mut()
+                .expect("the completion job is held until this thread returns");
+            let copies_done = self.poll_copies(backend, &mut job.copies);
+            let scan = self.pass(backend, job, Some(pass), usize::MAX);
             pass += 1;
-            self.completion_passes.store(pass, Ordering::Release);
-            self.retire_finished(backend, &mut tracked, &mut serializer, scan.done);
             let dropped = if scan.full {
-                self.drop_destroyed(&mut tracked, &mut serializer)
+                self.drop_destroyed(&mut job.tracked, &mut job.serializer)
             } else {
                 0
             };
-            self.settle_copies(&mut copies);
-            match self.settle_at_stop(&mut tracked) {
+            self.settle_copies(&mut job.copies);
+            match self.settle_at_stop(&mut job.tracked) {
                 AfterStop::Run => {}
                 AfterStop::Again => continue,
                 AfterStop::Return => {
-                    self.forget_copies(&mut copies);
+                    self.forget_copies(&mut job.copies);
+                    *held = None;
                     return;
                 }
             }
-            let serial_changed =
-                self.options.serialize && serializer.advance(backend, tracked.make_contiguous());
+            let serial_changed = self.options.serialize
+                && job
+                    .serializer
+                    .advance(backend, job.tracked.make_contiguous());
             let progress = scan.done > 0 || dropped > 0 || serial_changed || copies_done > 0;
             // The app waits for each copy's signal, which this thread
             // completes: copies in flight make the rest latency-bound.
             let scan = Scan {
-                latency_bound: scan.latency_bound || !copies.is_empty(),
+                latency_bound: scan.latency_bound || !job.copies.is_empty(),
                 ..scan
             };
-            let nothing_tracked = tracked.is_empty() && copies.is_empty();
+            let nothing_tracked = job.tracked.is_empty() && job.copies.is_empty();
+            drop(held);
             self.rest(&sleeper, &mut idle, progress, &scan, nothing_tracked);
         }
+    }
+
+    /// One pass over the tracked dispatches, by the completion thread
+    /// (`own_pass`: its count of its own passes) or a lender (`None`: never
+    /// a full scan): takes what interceptors published, finds what finished
+    /// and retires up to `max` of it. What finished beyond `max` stays at
+    /// the front for the next pass.
+    fn pass(
+        &self,
+        backend: &dyn CompletionBackend,
+        job: &mut CompletionJob<S>,
+        own_pass: Option<u64>,
+        max: usize,
+    ) -> Scan {
+        self.take_published(&mut job.tracked);
+        let scan = self.scan(backend, &mut job.tracked, own_pass);
+        self.completion_passes.fetch_add(1, Ordering::Release);
+        let retire = scan.done.min(max);
+        self.retire_finished(backend, &mut job.tracked, &mut job.serializer, retire);
+        Scan {
+            done: retire,
+            ..scan
+        }
+    }
+
+    /// Retires finished dispatches on the calling thread, in the completion
+    /// thread's place, if its state is free (never waits for it): an
+    /// application thread that spins on the device lends its time, so the
+    /// completion thread takes none from the app's other threads (nor, on
+    /// the emulated GPU, from the command processor). At most `max`
+    /// dispatches, and only while the record queue is less than half full
+    /// (a lender never waits for room in it). Returns how many it retired
+    /// (0: none finished, the completion thread busy or not running). Not
+    /// under `--serialize-kernels`, whose grants are the thread's alone,
+    /// nor once shutdown began (the thread settles what is left).
+    pub fn lend_completion(&self, backend: &dyn CompletionBackend, max: usize) -> usize {
+        if self.options.serialize
+            || self.completion_gone.load(Ordering::Acquire)
+            || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+            || self.records.len() * 2 >= self.records.capacity()
+        {
+            return 0;
+        }
+        let Some(mut held) = self.try_completion_job() else {
+            return 0;
+        };
+        let Some(job) = held.as_mut() else {
+            return 0;
+        };
+        if self.state.load(Ordering::Acquire) >= STOP_COMPLETION {
+            return 0;
+        }
+        let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
+        let done = self.pass(backend, job, None, max.min(room)).done;
+        if done > 0 {
+            self.counters
+                .completions_lent
+                .fetch_add(done as u64, Ordering::Relaxed);
+        }
+        done
+    }
+
+    /// The completion thread's state if nobody holds it (a poisoned lock is
+    /// taken back: a lender that panicked mid-pass left the list whole).
+    fn try_completion_job(&self) -> Option<std::sync::MutexGuard<'_, Option<CompletionJob<S>>>> {
+        match self.completion_job.try_lock() {
+            Ok(held) => Some(held),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The completion thread's state, locked.
+    fn completion_job(&self) -> std::sync::MutexGuard<'_, Option<CompletionJob<S>>> {
+        self.completion_job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes what is published, but leaves the newest entry to the next
@@ -269,10 +373,12 @@ impl<S: DispatchSignal> Engine<S> {
         &self,
         backend: &dyn CompletionBackend,
         tracked: &mut VecDeque<InFlight<S>>,
-        pass: u64,
+        own_pass: Option<u64>,
     ) -> Scan {
         let waited_for = self.options.serialize || self.options.host_forwarding;
-        let full = waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire);
+        let full = own_pass.is_some_and(|pass| {
+            waited_for || pass % FULL_SCAN_EVERY == 0 || self.urgent.load(Ordering::Acquire)
+        });
         let limit = if full {
             tracked.len()
         } else {

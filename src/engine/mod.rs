@@ -215,6 +215,9 @@ pub struct EngineCounters {
     /// Records written by app threads waiting on the device, in the
     /// writer's place ([`Engine::lend_writer`]).
     pub lent: AtomicU64,
+    /// Dispatches retired by app threads waiting on the device, in the
+    /// completion thread's place ([`Engine::lend_completion`]).
+    pub completions_lent: AtomicU64,
 }
 
 /// The shared state of a tracing session. See the module docs.
@@ -236,10 +239,15 @@ pub struct Engine<S> {
     writer_gone: AtomicBool,
     /// The completion thread is gone (panicked).
     completion_gone: AtomicBool,
-    /// Passes the completion thread has made (written by it alone, read by
-    /// an interceptor that waits for ring space: a stall only counts
-    /// against the device while this thread keeps looking).
+    /// Passes over the in-flight dispatches, by the completion thread or a
+    /// lender (read by an interceptor that waits for ring space: a stall
+    /// only counts against the device while someone keeps looking).
     completion_passes: AtomicU64,
+    /// The completion thread's tracked dispatches while
+    /// [`Engine::run_completion`] runs (`None` before and after): the
+    /// thread and a lending app thread ([`Engine::lend_completion`]) each
+    /// only try the lock, and make a pass under it.
+    completion_job: Mutex<Option<completion::CompletionJob<S>>>,
     writer_wake: WakePoint,
     counters: EngineCounters,
     state: AtomicU8,
@@ -333,6 +341,7 @@ impl<S: DispatchSignal> Engine<S> {
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),
             completion_passes: AtomicU64::new(0),
+            completion_job: Mutex::new(None),
             writer_wake: WakePoint::new(),
             counters: EngineCounters::default(),
             state: AtomicU8::new(RUNNING),

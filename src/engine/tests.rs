@@ -3177,3 +3177,91 @@ fn a_lender_leaves_the_files_to_the_writer_thread() {
     assert_eq!(records.load(Ordering::SeqCst), 2);
     assert!(lent <= 2);
 }
+
+/// An app thread waiting on the device retires the finished dispatches in
+/// the completion thread's place (a pass between two slices of its wait):
+/// what the completion thread would have spent takes no core from the app's
+/// other threads or the device. Every dispatch is recorded once, and
+/// nothing is left to the thread but the last stragglers.
+#[test]
+fn a_lending_app_thread_retires_the_finished_dispatches() {
+    const CALLS: u64 = 400;
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 512,
+            handoff_queue: 512,
+            max_copies_in_flight: 0,
+            record_queue: 1024,
+            pool_wait: Duration::from_secs(20),
+            // The thread looks once a second (a completion thread kept off
+            // a busy machine's cores); a lender every 100 µs.
+            min_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            serialize: false,
+            host_forwarding: false,
+        },
+        Names::default(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let lender = {
+        let (e, stop) = (h.engine.clone(), stop.clone());
+        let b = FakeBackend {
+            signals: h.signals.clone(),
+        };
+        std::thread::spawn(move || {
+            let mut retired = 0;
+            while !stop.load(Ordering::Acquire) {
+                retired += e.lend_completion(&b, 16);
+                e.lend_writer(16);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            retired as u64
+        })
+    };
+    // Kernels of 100 µs on one lane: the thread, woken by the first
+    // launch, finds it running and sleeps; the list never empties (an empty
+    // list parks the thread until the next launch wakes it).
+    h.device.kernel_ns.store(100_000, Ordering::SeqCst);
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    for n in 0..CALLS {
+        h.submit(&q, &[kernel_packet(0x1000 * (n % 5 + 1), 0)]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.engine.in_flight() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Release);
+    let retired = lender.join().unwrap();
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, CALLS);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    let ids: HashSet<u64> = got.dispatches.iter().map(|(d, _)| d.dispatch_id).collect();
+    assert_eq!(got.dispatches.len() as u64, CALLS);
+    assert_eq!(ids, (1..=CALLS).collect::<HashSet<u64>>());
+    assert!(
+        retired * 10 >= CALLS * 9,
+        "the app thread retired {retired} of {CALLS} dispatches while it lent"
+    );
+}
+
+/// Under `--serialize-kernels` the grants are the completion thread's
+/// alone: a waiting app thread retires nothing.
+#[test]
+fn a_lender_retires_nothing_under_serialization() {
+    let h = Harness::with_options(serial_options(true), Names::default());
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    h.submit(&q, &[kernel_packet(0x1000, 0)]);
+    let b = FakeBackend {
+        signals: h.signals.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut retired = 0;
+    while h.engine.in_flight() > 0 && Instant::now() < deadline {
+        retired += h.engine.lend_completion(&b, 16);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(retired, 0);
+    let (outcome, _, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 1);
+}

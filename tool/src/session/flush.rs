@@ -212,7 +212,7 @@ impl Session {
             super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} records written by waiting app threads; interceptor clock: {}",
+            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} dispatches retired and {} records written by waiting app threads; interceptor clock: {}",
             t0.elapsed(),
             phases.device,
             phases.threads,
@@ -228,6 +228,10 @@ impl Session {
             o.intercept_ns / o.intercept_calls.max(1),
             per_dispatch(completion_cpu),
             per_dispatch(writer_cpu),
+            self.engine
+                .counters()
+                .completions_lent
+                .load(Ordering::Relaxed),
             self.engine.counters().lent.load(Ordering::Relaxed),
             if rprof_abi::clock::fast_clock_enabled() {
                 format!(

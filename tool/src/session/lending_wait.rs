@@ -38,6 +38,7 @@ use hsa_sys::{
 
 use super::SESSION;
 use crate::rpc_wait::WaitFn;
+use crate::signals::RocrBackend;
 
 type LoadFn = unsafe extern "C" fn(hsa_signal_t) -> hsa_signal_value_t;
 
@@ -142,14 +143,21 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
         // SAFETY: the runtime's own wait with the app's arguments.
         return unsafe { original(signal, condition, compare, timeout_hint, wait_state) };
     };
+    let backend = RocrBackend::new(session.rt);
     sliced_wait(
         // SAFETY: the runtime's own wait with the app's arguments, but a
         // slice's timeout (the app asked for none).
         |slice| unsafe { original(signal, condition, compare, slice, wait_state) },
         // SAFETY: a relaxed read of the signal the app waits on.
         || unsafe { load(signal) },
-        // A panic in a sink stays here: that sink fails, the wait goes on.
-        || catch_unwind(AssertUnwindSafe(|| session.engine.lend_writer(CHUNK))).unwrap_or(0),
+        // Finished dispatches retired here become records written here. A
+        // panic stays here: that sink fails, the wait goes on.
+        || {
+            catch_unwind(AssertUnwindSafe(|| {
+                session.engine.lend_completion(&backend, CHUNK) + session.engine.lend_writer(CHUNK)
+            }))
+            .unwrap_or(0)
+        },
         condition,
         compare,
     )
