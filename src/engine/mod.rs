@@ -17,7 +17,10 @@
 //!    backoff. For each finished dispatch it reads the GPU timestamps, clamps
 //!    them into `[enqueue, observed completion]`, drops the signal handle
 //!    (which returns it to the pool) and pushes a [`Record`] into the bounded
-//!    record queue, waiting if it is full (never dropping).
+//!    record queue, waiting if it is full (never dropping). An app thread
+//!    that spins on the device may make a pass in its place
+//!    ([`Engine::lend_completion`]): whoever holds the tracked list retires;
+//!    the thread and a lender each only try its lock.
 //! 3. One writer thread ([`Engine::run_writer`]) drains the record queue,
 //!    resolves kernel names, applies the include/exclude filters and pushes
 //!    into every [`RecordSink`](crate::sink::RecordSink). An app thread that

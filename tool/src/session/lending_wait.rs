@@ -9,9 +9,10 @@
 //! writer thread takes a core from the app's other threads (on the
 //! emulated GPU, from the command processor: 1-2 µs of writer CPU per
 //! dispatch). Such a wait is run here as slices of the runtime's own wait;
-//! between slices the thread writes queued records in the writer's place
-//! ([`Engine::lend_writer`]), a few at a time, reading the app's signal
-//! between them; never a record that could make a sink write its file
+//! between slices the thread retires finished dispatches in the completion
+//! thread's place ([`Engine::lend_completion`]) and writes queued records in
+//! the writer's place ([`Engine::lend_writer`]), a few at a time, reading
+//! the app's signal between them; never a record that could make a sink write its file
 //! (the writer thread does all file I/O, so a hung file system never holds
 //! the app). What it changes for the app: a wait whose signal is set
 //! while records are written returns up to one chunk later (about 16 µs);
