@@ -1860,7 +1860,8 @@ fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
             }));
         }
         let e = engine.clone();
-        let writer = std::thread::spawn(move || {
+        // Left running when it is given up on.
+        let _writer = std::thread::spawn(move || {
             let mut sinks: Vec<Box<dyn RecordSink + Send>> =
                 vec![Box::new(DelayingSink(move || {
                     std::thread::sleep(per_record)
@@ -1877,7 +1878,7 @@ fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
         let t0 = Instant::now();
         // 40 records of 20 ms: 0.8 s, four times the stall.
         let stall = Duration::from_millis(200);
-        let joined = engine.join_writer(writer, stall, Duration::from_secs(30));
+        let joined = engine.join_writer(stall, Duration::from_secs(30));
         let took = t0.elapsed();
         if expect_joined {
             let outcome = joined.expect("a writer that keeps taking records is waited for");
@@ -3264,4 +3265,68 @@ fn a_lender_retires_nothing_under_serialization() {
     assert_eq!(retired, 0);
     let (outcome, _, _) = h.finish();
     assert_eq!(outcome.metadata.dispatches, 1);
+}
+
+/// A sink that takes `0` to be dropped (a large buffer unmapped, a file
+/// closed on a slow file system).
+struct SlowToDrop(Duration);
+
+impl RecordSink for SlowToDrop {
+    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for SlowToDrop {
+    fn drop(&mut self) {
+        std::thread::sleep(self.0);
+    }
+}
+
+/// The flush has the writer's outcome once the sinks are finished, not once
+/// the writer thread has freed them and ended (the app's exit waited for
+/// that: 0.2-0.35 ms of unmapping buffers and polling the thread's end on
+/// the 20 µs mix).
+#[test]
+fn the_flush_has_the_outcome_before_the_writer_frees_its_sinks() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    for n in 1..=10 {
+        assert!(engine.records.push(numbered_dispatch(n)).is_ok());
+    }
+    let e = engine.clone();
+    let writer = std::thread::spawn(move || {
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> =
+            vec![Box::new(SlowToDrop(Duration::from_secs(2)))];
+        e.run_writer(
+            &mut sinks,
+            Box::new(Names::default()),
+            &RunInfo::default(),
+            &[],
+        );
+        drop(sinks);
+    });
+    engine.begin_shutdown(Duration::from_millis(10));
+    engine.stop_writer();
+    let t0 = Instant::now();
+    let outcome = engine
+        .join_writer(Duration::from_secs(5), Duration::from_secs(30))
+        .expect("the writer finished");
+    let took = t0.elapsed();
+    assert_eq!(outcome.metadata.dispatches, 10);
+    assert_eq!(outcome.sink_failures, vec![None]);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(!writer.is_finished(), "the sink is still being dropped");
+    writer.join().unwrap();
 }

@@ -312,6 +312,7 @@ impl<S: DispatchSignal> Engine<S> {
             unfinished_ranges: job.tally.process_ranges.unfinished() as u64,
         };
         *sinks = job.sinks.sinks;
+        self.publish_outcome(outcome.clone());
         outcome
     }
 

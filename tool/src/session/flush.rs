@@ -163,10 +163,11 @@ impl Session {
             eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
         }
         self.engine.stop_writer();
-        Some(
-            self.engine
-                .join_writer(writer, WRITER_JOIN_STALL, WRITER_JOIN_MAX),
-        )
+        let outcome = self.engine.join_writer(WRITER_JOIN_STALL, WRITER_JOIN_MAX);
+        // Never joined: it frees its sinks' buffers and ends on its own (its
+        // CPU time is read from the handle, `threads::cpu_ns`).
+        *lock(&self.writer_thread) = Some(writer);
+        Some(outcome)
     }
 
     /// Says which outputs are finished (on stderr if the writer is stuck,
@@ -208,8 +209,10 @@ impl Session {
             return;
         }
         let stats = self.source.pool().stats();
-        let (completion_cpu, writer_cpu) =
-            super::threads::cpu_ns(lock(&self.guard_thread).as_ref());
+        let (completion_cpu, writer_cpu) = super::threads::cpu_ns(
+            lock(&self.guard_thread).as_ref(),
+            lock(&self.writer_thread).as_ref(),
+        );
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
             "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} dispatches retired and {} records written by waiting app threads; interceptor clock: {}",

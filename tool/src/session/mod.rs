@@ -82,6 +82,8 @@ pub struct Session {
     /// The completion thread, still recycling for the ring guard after an
     /// at-exit flush (see [`Session::end_guard`]).
     guard_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread after the flush took its outcome (never joined).
+    writer_thread: Mutex<Option<JoinHandle<()>>>,
     /// The output files, in the order of the sinks.
     outputs: Vec<std::path::PathBuf>,
     verbose: bool,
@@ -402,6 +404,7 @@ impl Session {
             threads: Mutex::new(None),
             finished: AtomicBool::new(false),
             guard_thread: Mutex::new(None),
+            writer_thread: Mutex::new(None),
             outputs: crate::report::output_files(config),
             verbose: config.tuning.verbose,
             passthrough: config.tuning.passthrough,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rprof_core::engine::{CachedKernelNames, Engine, WriterOutcome};
+use rprof_core::engine::{CachedKernelNames, Engine};
 use rprof_core::kernels::KernelTable;
 use rprof_core::record::{AgentInfo, RunInfo};
 use rprof_core::sink::RecordSink;
@@ -19,7 +19,7 @@ use super::guarded;
 use crate::signals::{PooledSignal, RocrBackend};
 
 /// The completion and writer threads.
-pub(super) type Threads = (JoinHandle<()>, JoinHandle<WriterOutcome>);
+pub(super) type Threads = (JoinHandle<()>, JoinHandle<()>);
 
 /// Makes the calling thread `SCHED_BATCH`: the app's share of the CPU (its
 /// nice value stays the app's), but a wake-up does not preempt the thread
@@ -68,7 +68,8 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// CPU time so far of a thread that may still run (at exit the completion
-/// thread keeps recycling signals), in ns.
+/// thread keeps recycling signals; the writer thread frees its sinks after
+/// the flush took its outcome), in ns.
 fn running_cpu_ns(thread: &JoinHandle<()>) -> Option<u64> {
     use std::os::unix::thread::JoinHandleExt;
     let mut clock: libc::clockid_t = 0;
@@ -87,13 +88,20 @@ fn running_cpu_ns(thread: &JoinHandle<()>) -> Option<u64> {
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
-/// (completion, writer) CPU time in ns: `completion` is the completion
-/// thread's handle if it still runs; the writer has ended.
-pub(super) fn cpu_ns(completion: Option<&JoinHandle<()>>) -> (u64, u64) {
-    let ended = COMPLETION_CPU_NS.load(Ordering::Acquire);
+/// (completion, writer) CPU time in ns: each handle is its thread's if it
+/// may still run (else the time it stored as it ended).
+pub(super) fn cpu_ns(
+    completion: Option<&JoinHandle<()>>,
+    writer: Option<&JoinHandle<()>>,
+) -> (u64, u64) {
+    let ended = |t: Option<&JoinHandle<()>>, stored: &AtomicU64| {
+        t.filter(|t| !t.is_finished())
+            .and_then(running_cpu_ns)
+            .unwrap_or_else(|| stored.load(Ordering::Acquire))
+    };
     (
-        completion.and_then(running_cpu_ns).unwrap_or(ended),
-        WRITER_CPU_NS.load(Ordering::Acquire),
+        ended(completion, &COMPLETION_CPU_NS),
+        ended(writer, &WRITER_CPU_NS),
     )
 }
 
@@ -136,19 +144,18 @@ pub(super) fn start(
             no_wakeup_preemption();
             let _ = ready.send(());
             let e = engine.clone();
-            let outcome = guarded(
+            // The engine publishes the outcome for the flush (a panic: an
+            // empty one); the sinks are freed here after it.
+            guarded(
                 "the writer thread",
-                move || {
-                    e.writer_failed();
-                    WriterOutcome::default()
-                },
+                move || e.writer_failed(),
                 || {
                     let names = Box::new(CachedKernelNames::new(kernels));
-                    engine.run_writer(&mut sinks, names, &run, &agents)
+                    engine.run_writer(&mut sinks, names, &run, &agents);
                 },
             );
             WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
-            outcome
+            drop(sinks);
         })?;
     for _ in 0..2 {
         if running.recv_timeout(READY_TIMEOUT).is_err() {
