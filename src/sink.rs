@@ -134,6 +134,15 @@ pub trait RecordSink {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// Writes out buffered bytes so that [`RecordSink::spare_room`] grows
+    /// again, when a lending thread found too little: the writer thread
+    /// calls it for such a sink alone. Unlike [`RecordSink::flush`] it need
+    /// not end anything at a record boundary (the Perfetto sink writes the
+    /// bundles it has deflated and keeps filling the open one). The
+    /// default: `flush`.
+    fn make_room(&mut self) -> io::Result<()> {
+        self.flush()
+    }
     /// Called once after the last record. Flushes and closes.
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()>;
 }

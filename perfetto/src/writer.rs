@@ -677,6 +677,14 @@ impl<W: Write> TraceWriter<W> {
             + COMPRESS_CHUNK_BYTES * ((buffered - bundle) / bundle)
     }
 
+    /// Writes what the buffer holds (deflated bundles; plain, whole
+    /// packets) to the underlying writer, leaving the bundle being filled
+    /// open: [`TraceWriter::spare_room`] is then as large as it gets
+    /// without closing that bundle early (a smaller, less compressed one).
+    pub fn write_out(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flushes buffered packets to the underlying writer (with compression,
     /// closes the bundle being filled).
     pub fn flush(&mut self) -> io::Result<()> {

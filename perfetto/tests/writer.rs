@@ -555,3 +555,67 @@ fn spare_room_counts_the_bundles_the_buffer_still_takes() {
         .count();
     assert_eq!(events, 2 * slices, "a BEGIN and an END per slice");
 }
+
+/// Writes `n` slices that deflate like a real trace's, from `state` on.
+fn write_noisy_slices<W: std::io::Write>(w: &mut TraceWriter<W>, n: usize, state: &mut (u64, u64)) {
+    let kernel = w.intern_event_name("vector_add");
+    let grid = w.intern_annotation_name("grid.x");
+    for _ in 0..n {
+        let (x, t) = state;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        let start = *t + *x % 1_000;
+        w.write_slice(&Slice {
+            args: &[Arg {
+                name: grid,
+                value: ArgValue::Uint(*x >> 40),
+            }],
+            ..Slice::new(5, start, start + 20_000 + *x % 5_000, kernel)
+        })
+        .unwrap();
+        *t += 25_000;
+    }
+}
+
+/// `write_out` (what the writer thread does when a lending thread finds too
+/// little room) writes the deflated bundles and leaves the open one open:
+/// the finished trace is byte for byte the one written without it, and the
+/// room is back. (`flush`, which it used before, closed the open bundle
+/// early each time: a smaller bundle, deflated on the writer thread.)
+#[test]
+fn write_out_makes_room_without_closing_the_open_bundle() {
+    let run = |write_out_every: Option<usize>| {
+        let file = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut w = TraceWriter::with_options(SharedWriter(file.clone()), WriterOptions::default());
+        w.write_custom_track(&CustomTrack::new(5, "queue 1"))
+            .unwrap();
+        let mut state = (0x9e37_79b9_7f4a_7c15u64, 1_000u64);
+        let mut room_regained = 0;
+        for round in 0..60 {
+            write_noisy_slices(&mut w, 1_000, &mut state);
+            if write_out_every.is_some_and(|k| round % k == k - 1) {
+                let before = w.spare_room();
+                w.write_out().unwrap();
+                if w.spare_room() > before {
+                    room_regained += 1;
+                }
+            }
+        }
+        drop(w.finish().unwrap());
+        let bytes = file.borrow().clone();
+        (bytes, room_regained)
+    };
+    let (plain, _) = run(None);
+    let (written_out, regained) = run(Some(7));
+    assert!(regained >= 4, "room came back {regained} times");
+    assert_eq!(written_out.len(), plain.len());
+    assert!(written_out == plain, "write_out changed the trace");
+    let trace = decode_trace(&written_out).unwrap();
+    let events = trace
+        .packet
+        .iter()
+        .filter(|p| matches!(p.data, Some(Data::TrackEvent(_))))
+        .count();
+    assert_eq!(events, 2 * 60_000, "a BEGIN and an END per slice");
+}

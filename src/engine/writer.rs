@@ -117,7 +117,7 @@ pub struct WriterOutcome {
 
 /// The sinks of a run and how each fared: a sink is called until its first
 /// error, which is reported once on stderr, then skipped.
-struct Sinks {
+pub(super) struct Sinks {
     sinks: Vec<Box<dyn RecordSink + Send>>,
     failures: Vec<Option<String>>,
     errors: u64,
@@ -135,7 +135,7 @@ impl Sinks {
             .unwrap_or(usize::MAX)
     }
 
-    fn new(sinks: Vec<Box<dyn RecordSink + Send>>) -> Self {
+    pub(super) fn new(sinks: Vec<Box<dyn RecordSink + Send>>) -> Self {
         let failures = vec![None; sinks.len()];
         Sinks {
             sinks,
@@ -146,7 +146,11 @@ impl Sinks {
 
     /// Calls `call` on every sink that has not failed; `what` names the
     /// call in the report of a failure.
-    fn each(&mut self, what: &str, mut call: impl FnMut(&mut dyn RecordSink) -> io::Result<()>) {
+    pub(super) fn each(
+        &mut self,
+        what: &str,
+        mut call: impl FnMut(&mut dyn RecordSink) -> io::Result<()>,
+    ) {
         for (i, sink) in self.sinks.iter_mut().enumerate() {
             if self.failures[i].is_some() {
                 continue;
@@ -157,6 +161,20 @@ impl Sinks {
                 self.failures[i] = Some(format!("{what} failed: {e}"));
             }
         }
+    }
+}
+
+impl Sinks {
+    /// A lender found a sink short of room: makes room in the sinks short of
+    /// it alone ([`RecordSink::make_room`]); the others keep their buffers.
+    pub(super) fn make_room_for_lenders(&mut self) {
+        self.each("flush", |s| {
+            if s.spare_room() < LEND_ROOM {
+                s.make_room()
+            } else {
+                Ok(())
+            }
+        });
     }
 }
 
@@ -261,10 +279,12 @@ impl<S: DispatchSignal> Engine<S> {
                 let got = !leave_to_lender && self.drain_records(job, DRAIN_BATCH, 0) > 0;
                 // Periodic flush: what reached the sinks is on disk within
                 // FLUSH_EVERY (a killed process leaves a readable prefix).
-                if wanted || (job.dirty && last_flush.elapsed() >= FLUSH_EVERY) {
+                if job.dirty && last_flush.elapsed() >= FLUSH_EVERY {
                     job.sinks.each("flush", |s| s.flush());
                     job.dirty = false;
                     last_flush = Instant::now();
+                } else if wanted {
+                    job.sinks.make_room_for_lenders();
                 }
                 (got, job.dirty)
             };

@@ -934,6 +934,13 @@ impl RecordSink for PerfettoSink {
         }
     }
 
+    fn make_room(&mut self) -> io::Result<()> {
+        match &mut self.state {
+            State::Started(s) => s.writer.write_out(),
+            _ => Ok(()),
+        }
+    }
+
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
         let mut s = match std::mem::replace(&mut self.state, State::Finished) {
             State::Started(s) => s,
