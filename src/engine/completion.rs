@@ -254,9 +254,9 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// One pass over the tracked dispatches, by the completion thread
     /// (`own_pass`: its count of its own passes) or a lender (`None`: never
-    /// a full scan): takes what interceptors published, finds what finished
-    /// and retires up to `max` of it. What finished beyond `max` stays at
-    /// the front for the next pass.
+    /// a full scan): takes what interceptors published and retires what
+    /// finished, each of the two up to `max` (each may queue a record:
+    /// a call's record, a dispatch's). What is left stays for the next pass.
     fn pass(
         &self,
         backend: &dyn CompletionBackend,
@@ -264,7 +264,7 @@ impl<S: DispatchSignal> Engine<S> {
         own_pass: Option<u64>,
         max: usize,
     ) -> Scan {
-        self.take_published(&mut job.tracked);
+        self.take_published(&mut job.tracked, max);
         let scan = self.scan(backend, &mut job.tracked, own_pass);
         self.completion_passes.fetch_add(1, Ordering::Release);
         let retire = scan.done.min(max);
@@ -302,14 +302,27 @@ impl<S: DispatchSignal> Engine<S> {
         if self.state.load(Ordering::Acquire) >= STOP_COMPLETION {
             return 0;
         }
+        // Each entry taken and each dispatch retired may queue one record:
+        // together they fit the room, so a lender never waits for the writer.
         let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
-        let done = self.pass(backend, job, None, max.min(room)).done;
+        let done = self.pass(backend, job, None, max.min(room / 2)).done;
         if done > 0 {
             self.counters
                 .completions_lent
                 .fetch_add(done as u64, Ordering::Relaxed);
         }
         done
+    }
+
+    /// The completion thread's state as it sets it up, without the thread
+    /// (tests that lend alone).
+    #[cfg(test)]
+    pub(super) fn set_up_completion_job(&self) {
+        *self.completion_job() = Some(CompletionJob {
+            tracked: VecDeque::new(),
+            serializer: Serializer::default(),
+            copies: Vec::new(),
+        });
     }
 
     /// The completion thread's state if nobody holds it (a poisoned lock is
@@ -334,13 +347,14 @@ impl<S: DispatchSignal> Engine<S> {
     /// and not yet written, and an app thread preempted in that window (a
     /// core shared with the device and the app) made this thread spin for
     /// its time slice. A lone entry is taken.
-    fn take_published(&self, tracked: &mut VecDeque<InFlight<S>>) {
+    fn take_published(&self, tracked: &mut VecDeque<InFlight<S>>, max: usize) {
         let available = self.pending.len();
         let take = if available > 1 {
             available - 1
         } else {
             available
-        };
+        }
+        .min(max);
         for _ in 0..take {
             match self.pending.pop() {
                 Some(e) => self.track(tracked, e),

@@ -3356,3 +3356,39 @@ fn a_lenders_request_makes_room_in_the_sink_short_of_it_alone() {
     assert_eq!(roomy_flushes.load(Ordering::SeqCst), 0);
     assert_eq!(roomy_room.load(Ordering::SeqCst), 1 << 20);
 }
+
+/// A lender takes no more published dispatches and retires no more than
+/// the record queue's free half holds (each may queue a record: the call's,
+/// the dispatch's): it never waits for the writer. (It took everything
+/// published, and each call's record went into the queue, waiting for the
+/// writer thread once the queue was full: the app's wait held for as long.)
+#[test]
+fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
+    let engine = Engine::<FakeSignal>::new(EngineOptions {
+        record_queue: 64,
+        ..EngineOptions::default()
+    });
+    let signals = Signals::new();
+    let pool = FakePool::new(signals.clone(), 64);
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    for _ in 0..40 {
+        engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
+    }
+    // Every dispatch finished.
+    for s in &signals.value[..40] {
+        s.store(0, Ordering::SeqCst);
+    }
+    for n in 1..=24 {
+        assert!(engine.records.push(numbered_dispatch(n)).is_ok());
+    }
+    engine.set_up_completion_job();
+    let backend = FakeBackend { signals };
+    // Room: 32 - 24 = 8, so 4 entries taken (4 call records) and 4 retired.
+    assert_eq!(engine.lend_completion(&backend, 16), 4);
+    assert_eq!(engine.records.len(), 32);
+    assert_eq!(
+        engine.lend_completion(&backend, 16),
+        0,
+        "the free half is used"
+    );
+}
