@@ -3187,20 +3187,16 @@ fn a_lender_leaves_the_files_to_the_writer_thread() {
 #[test]
 fn a_lending_app_thread_retires_the_finished_dispatches() {
     const CALLS: u64 = 400;
+    // The completion thread looks once a second (a thread kept off a busy
+    // machine's cores); the lender every 100 µs.
     let h = Harness::with_options(
         EngineOptions {
-            pid: 42,
             max_in_flight: 512,
             handoff_queue: 512,
-            max_copies_in_flight: 0,
             record_queue: 1024,
-            pool_wait: Duration::from_secs(20),
-            // The thread looks once a second (a completion thread kept off
-            // a busy machine's cores); a lender every 100 µs.
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(1),
-            serialize: false,
-            host_forwarding: false,
+            ..EngineOptions::default()
         },
         Names::default(),
     );
@@ -3267,34 +3263,6 @@ fn a_lender_retires_nothing_under_serialization() {
     assert_eq!(outcome.metadata.dispatches, 1);
 }
 
-/// A sink that takes `0` to be dropped (a large buffer unmapped, a file
-/// closed on a slow file system).
-struct SlowToDrop(Duration);
-
-impl RecordSink for SlowToDrop {
-    fn start(&mut self, _run: &RunInfo, _agents: &[AgentInfo]) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn intercept(&mut self, _rec: &InterceptRecord) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn dispatch(&mut self, _rec: &DispatchRecord, _k: &KernelInfo<'_>) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn finish(&mut self, _meta: &RunMetadata) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for SlowToDrop {
-    fn drop(&mut self) {
-        std::thread::sleep(self.0);
-    }
-}
-
 /// The flush has the writer's outcome once the sinks are finished, not once
 /// the writer thread has freed them and ended (the app's exit waited for
 /// that: 0.2-0.35 ms of unmapping buffers and polling the thread's end on
@@ -3307,14 +3275,16 @@ fn the_flush_has_the_outcome_before_the_writer_frees_its_sinks() {
     }
     let e = engine.clone();
     let writer = std::thread::spawn(move || {
-        let mut sinks: Vec<Box<dyn RecordSink + Send>> =
-            vec![Box::new(SlowToDrop(Duration::from_secs(2)))];
+        let mut sinks: Vec<Box<dyn RecordSink + Send>> = vec![Box::new(NullSink)];
         e.run_writer(
             &mut sinks,
             Box::new(Names::default()),
             &RunInfo::default(),
             &[],
         );
+        // Freeing the sinks, slowly (large buffers unmapped, files closed
+        // on a slow file system).
+        std::thread::sleep(Duration::from_secs(2));
         drop(sinks);
     });
     engine.begin_shutdown(Duration::from_millis(10));
