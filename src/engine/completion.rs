@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 use std::time::Duration;
 
 use super::{
@@ -154,6 +155,21 @@ pub(super) struct CompletionJob<S> {
     copies: Vec<super::copies::CopyInFlight<S>>,
 }
 
+impl<S> CompletionJob<S> {
+    /// Nothing tracked yet, with room for `tracked` dispatches and `copies`
+    /// copies.
+    fn with_capacity(tracked: usize, copies: usize) -> Self {
+        CompletionJob {
+            // In submission order; finished entries are moved to the front
+            // and popped, so a pass moves only what finished (a `Vec` would
+            // shift every unfinished entry after each pass).
+            tracked: VecDeque::with_capacity(tracked),
+            serializer: Serializer::default(),
+            copies: Vec::with_capacity(copies),
+        }
+    }
+}
+
 /// The completion thread's idle schedule between passes.
 struct Idle {
     /// Sleep between polls while dispatches are in flight and none completes.
@@ -185,14 +201,10 @@ impl<S: DispatchSignal> Engine<S> {
     /// destroyed queues left, settle at shutdown, let serialized kernels
     /// through, then rest by the idle schedule.
     pub fn run_completion(&self, backend: &dyn CompletionBackend) {
-        *self.completion_job() = Some(CompletionJob {
-            // In submission order; finished entries are moved to the front
-            // and popped, so a pass moves only what finished (a `Vec` would
-            // shift every unfinished entry after each pass).
-            tracked: VecDeque::with_capacity(self.options.max_in_flight.max(1)),
-            serializer: Serializer::default(),
-            copies: Vec::with_capacity(self.copies.capacity()),
-        });
+        *self.completion_job() = Some(CompletionJob::with_capacity(
+            self.options.max_in_flight.max(1),
+            self.copies.capacity(),
+        ));
         // This thread's own passes, for the full scan every
         // FULL_SCAN_EVERY-th (a lender's pass never reads everything).
         let mut pass: u64 = 0;
@@ -318,28 +330,18 @@ impl<S: DispatchSignal> Engine<S> {
     /// (tests that lend alone).
     #[cfg(test)]
     pub(super) fn set_up_completion_job(&self) {
-        *self.completion_job() = Some(CompletionJob {
-            tracked: VecDeque::new(),
-            serializer: Serializer::default(),
-            copies: Vec::new(),
-        });
+        *self.completion_job() = Some(CompletionJob::with_capacity(0, 0));
     }
 
     /// The completion thread's state if nobody holds it (a poisoned lock is
     /// taken back: a lender that panicked mid-pass left the list whole).
-    fn try_completion_job(&self) -> Option<std::sync::MutexGuard<'_, Option<CompletionJob<S>>>> {
-        match self.completion_job.try_lock() {
-            Ok(held) => Some(held),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    fn try_completion_job(&self) -> Option<MutexGuard<'_, Option<CompletionJob<S>>>> {
+        super::try_lock_taking_back(&self.completion_job)
     }
 
     /// The completion thread's state, locked.
-    fn completion_job(&self) -> std::sync::MutexGuard<'_, Option<CompletionJob<S>>> {
-        self.completion_job
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn completion_job(&self) -> MutexGuard<'_, Option<CompletionJob<S>>> {
+        super::lock_taking_back(&self.completion_job)
     }
 
     /// Takes what is published, but leaves the newest entry to the next

@@ -81,7 +81,7 @@ mod ring;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -309,6 +309,23 @@ pub const WRITER_JOIN_STALL: Duration = Duration::from_secs(5);
 /// The longest the flush waits for a writer that keeps taking records.
 pub const WRITER_JOIN_MAX: Duration = Duration::from_secs(60);
 
+/// Locks `m`, taking a poisoned lock back: the engine's locks guard state
+/// that a panic (a sink's, on a lending app thread) leaves whole, and that
+/// panic is reported where it happened.
+fn lock_taking_back<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock_taking_back`] if nobody holds `m` (`None`: held): what a lending
+/// app thread does, which never waits for rprof's threads.
+fn try_lock_taking_back<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(held) => Some(held),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Joins `handle` if its thread ends within `timeout`; otherwise leaves it
 /// running (detached) and returns `None`. Teardown never blocks longer.
 pub fn join_within<T>(handle: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
@@ -442,10 +459,7 @@ impl<S: DispatchSignal> Engine<S> {
         let start = Instant::now();
         let mut seen = self.writer_progress.load(Ordering::Acquire);
         let mut until = start + stall.min(max);
-        let mut held = self
-            .writer_outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut held = lock_taking_back(&self.writer_outcome);
         loop {
             if let Some(outcome) = held.take() {
                 return Some(outcome);
@@ -469,10 +483,7 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Publishes what the writer did for [`Engine::join_writer`].
     fn publish_outcome(&self, outcome: WriterOutcome) {
-        *self
-            .writer_outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+        *lock_taking_back(&self.writer_outcome) = Some(outcome);
         self.writer_done.notify_all();
     }
 
@@ -530,22 +541,14 @@ impl<S: DispatchSignal> Engine<S> {
         if !self.is_tracing() {
             return;
         }
-        self.loaded_kernels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(kernels);
+        lock_taking_back(&self.loaded_kernels).push(kernels);
         self.push_record(Record::KernelsLoaded);
     }
 
     /// The kernels queued by [`Engine::push_loaded_kernels`] so far, in
     /// call order (the writer's).
     fn take_loaded_kernels(&self) -> Vec<LoadedKernels> {
-        std::mem::take(
-            &mut *self
-                .loaded_kernels
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        )
+        std::mem::take(&mut *lock_taking_back(&self.loaded_kernels))
     }
 
     /// Stops tracing new work, waits up to `timeout` for the dispatches in

@@ -162,9 +162,7 @@ impl Sinks {
             }
         }
     }
-}
 
-impl Sinks {
     /// A lender found a sink short of room: makes room in the sinks short of
     /// it alone ([`RecordSink::make_room`]); the others keep their buffers.
     pub(super) fn make_room_for_lenders(&mut self) {
@@ -346,10 +344,8 @@ impl<S: DispatchSignal> Engine<S> {
         if self.records.is_empty() || self.writer_gone.load(Ordering::Acquire) {
             return 0;
         }
-        let mut held = match self.writer_job.try_lock() {
-            Ok(held) => held,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        let Some(mut held) = super::try_lock_taking_back(&self.writer_job) else {
+            return 0;
         };
         let n = match held.as_mut() {
             Some(job) if job.lends => self.drain_records(job, max, LEND_ROOM),
@@ -364,9 +360,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// The writer's state, locked (a poisoned lock is taken back: a sink
     /// that panicked on a lending thread is that sink's failure alone).
     pub(super) fn writer_job(&self) -> std::sync::MutexGuard<'_, Option<WriterJob>> {
-        self.writer_job
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::lock_taking_back(&self.writer_job)
     }
 
     /// Takes up to `max` records off the queue into the sinks; returns how

@@ -12,10 +12,11 @@
 //! between slices the thread retires finished dispatches in the completion
 //! thread's place ([`Engine::lend_completion`]) and writes queued records in
 //! the writer's place ([`Engine::lend_writer`]), a few at a time, reading
-//! the app's signal between them; never a record that could make a sink write its file
-//! (the writer thread does all file I/O, so a hung file system never holds
-//! the app). What it changes for the app: a wait whose signal is set
-//! while records are written returns up to one chunk later (about 16 µs);
+//! the app's signal between them; never a record that could make a sink
+//! write its file (the writer thread does all file I/O, so a hung file
+//! system never holds the app). What it changes for the app: a wait whose
+//! signal is set meanwhile returns up to one pass and one chunk later
+//! (about 16 µs each);
 //! the value returned is the runtime's, from its own wait. Every other wait
 //! (`BLOCKED`, or with a timeout) is the runtime's call unchanged.
 //!

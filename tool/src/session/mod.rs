@@ -290,9 +290,9 @@ unsafe fn start(table: *mut HsaApiTable) -> Result<(), String> {
 /// waits for it in [`session`]; creating a queue does not (it needs only
 /// what `OnLoad` found: [`traces_new_queues`]), so the first wait, if any,
 /// is at the queue's first packets, which HIP writes 0.1 s or more after
-/// creating its first queue (0.3-50 ms after `hsa_init` loaded rprof). A start that fails says why in the same
-/// one message as before, and the app runs untraced. Starts here if no
-/// thread can be started.
+/// creating its first queue (0.3-50 ms after `hsa_init` loaded rprof). A
+/// start that fails says why in the same one message as before, and the app
+/// runs untraced. Starts here if no thread can be started.
 fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
     START.begin();
     let build = move || {

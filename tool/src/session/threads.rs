@@ -94,14 +94,14 @@ pub(super) fn cpu_ns(
     completion: Option<&JoinHandle<()>>,
     writer: Option<&JoinHandle<()>>,
 ) -> (u64, u64) {
-    let ended = |t: Option<&JoinHandle<()>>, stored: &AtomicU64| {
+    let cpu = |t: Option<&JoinHandle<()>>, stored: &AtomicU64| {
         t.filter(|t| !t.is_finished())
             .and_then(running_cpu_ns)
             .unwrap_or_else(|| stored.load(Ordering::Acquire))
     };
     (
-        ended(completion, &COMPLETION_CPU_NS),
-        ended(writer, &WRITER_CPU_NS),
+        cpu(completion, &COMPLETION_CPU_NS),
+        cpu(writer, &WRITER_CPU_NS),
     )
 }
 
