@@ -131,6 +131,14 @@ struct Scan {
     latency_bound: bool,
 }
 
+/// What one turn of the completion loop did.
+struct Turn {
+    scan: Scan,
+    /// Something was retired, dropped, let through or completed.
+    progress: bool,
+    after_stop: AfterStop,
+}
+
 /// What shutdown asks of the completion loop after a pass.
 enum AfterStop {
     /// Not stopping (or still recycling for the ring guard): go on.
@@ -229,16 +237,9 @@ impl<S: DispatchSignal> Engine<S> {
             let job = held
                 .as_mut()
                 .expect("the completion job is held until this thread returns");
-            let copies_done = self.poll_copies(backend, &mut job.copies);
-            let scan = self.pass(backend, job, Some(pass), usize::MAX);
+            let turn = self.turn(backend, job, Some(pass));
             pass += 1;
-            let dropped = if scan.full {
-                self.drop_destroyed(&mut job.tracked, &mut job.serializer)
-            } else {
-                0
-            };
-            self.settle_copies(&mut job.copies);
-            match self.settle_at_stop(&mut job.tracked) {
+            match turn.after_stop {
                 AfterStop::Run => {}
                 AfterStop::Again => continue,
                 AfterStop::Return => {
@@ -247,21 +248,71 @@ impl<S: DispatchSignal> Engine<S> {
                     return;
                 }
             }
-            let serial_changed = self.options.serialize
-                && job
-                    .serializer
-                    .advance(backend, job.tracked.make_contiguous());
-            let progress = scan.done > 0 || dropped > 0 || serial_changed || copies_done > 0;
             // The app waits for each copy's signal, which this thread
             // completes: copies in flight make the rest latency-bound.
             let scan = Scan {
-                latency_bound: scan.latency_bound || !job.copies.is_empty(),
-                ..scan
+                latency_bound: turn.scan.latency_bound || !job.copies.is_empty(),
+                ..turn.scan
             };
             let nothing_tracked = job.tracked.is_empty() && job.copies.is_empty();
             drop(held);
-            self.rest(&sleeper, &mut idle, progress, &scan, nothing_tracked);
+            self.rest(&sleeper, &mut idle, turn.progress, &scan, nothing_tracked);
         }
+    }
+
+    /// One turn of the completion loop on `job`: take what interceptors
+    /// published, retire what finished (every tracked signal read when
+    /// `own_pass` calls for a full scan), drop what destroyed queues left,
+    /// settle copies and, once shutdown asks, the recorded dispatches; then
+    /// let serialized kernels through.
+    fn turn(
+        &self,
+        backend: &dyn CompletionBackend,
+        job: &mut CompletionJob<S>,
+        own_pass: Option<u64>,
+    ) -> Turn {
+        let copies_done = self.poll_copies(backend, &mut job.copies);
+        let scan = self.pass(backend, job, own_pass, usize::MAX);
+        let dropped = if scan.full {
+            self.drop_destroyed(&mut job.tracked, &mut job.serializer)
+        } else {
+            0
+        };
+        self.settle_copies(&mut job.copies);
+        let after_stop = self.settle_at_stop(&mut job.tracked);
+        let serial_changed = matches!(after_stop, AfterStop::Run)
+            && self.options.serialize
+            && job
+                .serializer
+                .advance(backend, job.tracked.make_contiguous());
+        Turn {
+            progress: scan.done > 0 || dropped > 0 || serial_changed || copies_done > 0,
+            scan,
+            after_stop,
+        }
+    }
+
+    /// One turn of the completion loop on the calling thread, if the
+    /// completion thread's state is free (never waits for it): what the
+    /// flush does while it waits for the device to drain and once it has
+    /// asked the thread to stop, instead of waiting for the thread to wake
+    /// (it may be napping, or have no core). A full scan, as the thread's
+    /// every [`FULL_SCAN_EVERY`]-th pass. Not under `--serialize-kernels`,
+    /// whose grants are the thread's alone. Returns whether the turn made
+    /// progress.
+    pub(super) fn complete_here(&self, backend: &dyn CompletionBackend) -> bool {
+        if self.options.serialize || self.completion_gone.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(mut held) = self.try_completion_job() else {
+            return false;
+        };
+        let Some(job) = held.as_mut() else {
+            return false;
+        };
+        // What the thread would do after this turn (return, or pass again)
+        // it does at its own next turn, which finds the same state.
+        self.turn(backend, job, Some(0)).progress
     }
 
     /// One pass over the tracked dispatches, by the completion thread

@@ -3375,3 +3375,43 @@ fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
         "the free half is used"
     );
 }
+
+/// The flush retires and settles in the completion thread's place
+/// (`begin_shutdown_here`): with no completion thread running at all (one
+/// napping through the flush, or left without a core), nothing stays in
+/// flight and the records are closed at once. `begin_shutdown` alone waits
+/// for the thread and gives up with every dispatch still in flight.
+#[test]
+fn the_flush_settles_without_waiting_for_the_completion_thread() {
+    let finished_engine = || {
+        let engine = Engine::<FakeSignal>::new(EngineOptions {
+            record_queue: 256,
+            ..EngineOptions::default()
+        });
+        let signals = Signals::new();
+        let pool = FakePool::new(signals.clone(), 64);
+        let q = Arc::new(QueueContext::new(100, 0, 0));
+        for _ in 0..40 {
+            engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
+        }
+        for s in &signals.value[..40] {
+            s.store(0, Ordering::SeqCst);
+        }
+        engine.set_up_completion_job();
+        (engine, FakeBackend { signals })
+    };
+    let (engine, backend) = finished_engine();
+    assert_eq!(
+        engine.begin_shutdown_here(&backend, Duration::from_secs(5)),
+        0
+    );
+    assert_eq!(engine.in_flight(), 0);
+    assert!(engine.records_closed());
+    // Each dispatch's call record and its dispatch record, nothing lost.
+    assert_eq!(engine.records.len(), 80);
+    assert_eq!(engine.counters().lost.load(Ordering::Relaxed), 0);
+
+    let (engine, _backend) = finished_engine();
+    assert_eq!(engine.begin_shutdown(Duration::from_millis(50)), 40);
+    assert!(!engine.records_closed());
+}

@@ -16,6 +16,7 @@ use rprof_core::engine::{join_within, WriterOutcome, WRITER_JOIN_MAX, WRITER_JOI
 use rprof_core::wait::{poll_until, Pace};
 
 use super::{lock, Session};
+use crate::signals::RocrBackend;
 
 /// How long the flush waits for dispatches still on the device.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,9 +73,12 @@ impl Session {
         if at_exit {
             self.engine.keep_guard_after_stop();
         }
-        let left = self
-            .engine
-            .begin_shutdown(FLUSH_TIMEOUT.saturating_sub(t0.elapsed()));
+        // This thread retires and settles in the completion thread's place
+        // whenever it can: the flush never waits for that thread to wake.
+        let left = self.engine.begin_shutdown_here(
+            &RocrBackend::new(self.rt),
+            FLUSH_TIMEOUT.saturating_sub(t0.elapsed()),
+        );
         let device_done = t0.elapsed();
         // `None`: no threads to stop; `Some(None)`: the writer is stuck.
         let stopped = self.stop_threads(at_exit);
@@ -185,6 +189,7 @@ impl Session {
             &self.outputs,
             outcome.map(|o| &o.sink_failures[..]),
             &stuck_reason,
+            lock(&self.report_file).take(),
         );
     }
 

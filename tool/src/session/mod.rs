@@ -86,6 +86,9 @@ pub struct Session {
     writer_thread: Mutex<Option<JoinHandle<()>>>,
     /// The output files, in the order of the sinks.
     outputs: Vec<std::path::PathBuf>,
+    /// The report to the `rprof` command, opened at the start (the flush
+    /// takes it).
+    report_file: Mutex<Option<crate::report::ReportFile>>,
     verbose: bool,
     /// Measurement mode: intercept queues with profiling, packets unchanged.
     passthrough: bool,
@@ -406,6 +409,7 @@ impl Session {
             guard_thread: Mutex::new(None),
             writer_thread: Mutex::new(None),
             outputs: crate::report::output_files(config),
+            report_file: Mutex::new(crate::report::ReportFile::open_for_run()),
             verbose: config.tuning.verbose,
             passthrough: config.tuning.passthrough,
             markers: intercept_markers(&rt),
