@@ -3340,6 +3340,31 @@ fn a_lenders_request_makes_room_in_the_sink_short_of_it_alone() {
     assert_eq!(roomy_room.load(Ordering::SeqCst), 1 << 20);
 }
 
+/// An engine (a record queue of `record_queue`) with `n` dispatches
+/// intercepted and finished, its completion job set up but no completion
+/// thread running (tests that lend or flush alone), and the backend that
+/// reads their signals.
+fn finished_without_a_completion_thread(
+    record_queue: usize,
+    n: usize,
+) -> (Engine<FakeSignal>, FakeBackend) {
+    let engine = Engine::<FakeSignal>::new(EngineOptions {
+        record_queue,
+        ..EngineOptions::default()
+    });
+    let signals = Signals::new();
+    let pool = FakePool::new(signals.clone(), 64);
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    for _ in 0..n {
+        engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
+    }
+    for s in &signals.value[..n] {
+        s.store(0, Ordering::SeqCst);
+    }
+    engine.set_up_completion_job();
+    (engine, FakeBackend { signals })
+}
+
 /// A lender takes no more published dispatches and retires no more than
 /// the record queue's free half holds (each may queue a record: the call's,
 /// the dispatch's): it never waits for the writer. (It took everything
@@ -3347,25 +3372,10 @@ fn a_lenders_request_makes_room_in_the_sink_short_of_it_alone() {
 /// writer thread once the queue was full: the app's wait held for as long.)
 #[test]
 fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
-    let engine = Engine::<FakeSignal>::new(EngineOptions {
-        record_queue: 64,
-        ..EngineOptions::default()
-    });
-    let signals = Signals::new();
-    let pool = FakePool::new(signals.clone(), 64);
-    let q = Arc::new(QueueContext::new(100, 0, 0));
-    for _ in 0..40 {
-        engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
-    }
-    // Every dispatch finished.
-    for s in &signals.value[..40] {
-        s.store(0, Ordering::SeqCst);
-    }
+    let (engine, backend) = finished_without_a_completion_thread(64, 40);
     for n in 1..=24 {
         assert!(engine.records.push(numbered_dispatch(n)).is_ok());
     }
-    engine.set_up_completion_job();
-    let backend = FakeBackend { signals };
     // Room: 32 - 24 = 8, so 4 entries taken (4 call records) and 4 retired.
     assert_eq!(engine.lend_completion(&backend, 16), 4);
     assert_eq!(engine.records.len(), 32);
@@ -3383,24 +3393,7 @@ fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
 /// for the thread and gives up with every dispatch still in flight.
 #[test]
 fn the_flush_settles_without_waiting_for_the_completion_thread() {
-    let finished_engine = || {
-        let engine = Engine::<FakeSignal>::new(EngineOptions {
-            record_queue: 256,
-            ..EngineOptions::default()
-        });
-        let signals = Signals::new();
-        let pool = FakePool::new(signals.clone(), 64);
-        let q = Arc::new(QueueContext::new(100, 0, 0));
-        for _ in 0..40 {
-            engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
-        }
-        for s in &signals.value[..40] {
-            s.store(0, Ordering::SeqCst);
-        }
-        engine.set_up_completion_job();
-        (engine, FakeBackend { signals })
-    };
-    let (engine, backend) = finished_engine();
+    let (engine, backend) = finished_without_a_completion_thread(256, 40);
     assert_eq!(
         engine.begin_shutdown_here(&backend, Duration::from_secs(5)),
         0
@@ -3411,7 +3404,7 @@ fn the_flush_settles_without_waiting_for_the_completion_thread() {
     assert_eq!(engine.records.len(), 80);
     assert_eq!(engine.counters().lost.load(Ordering::Relaxed), 0);
 
-    let (engine, _backend) = finished_engine();
+    let (engine, _backend) = finished_without_a_completion_thread(256, 40);
     assert_eq!(engine.begin_shutdown(Duration::from_millis(50)), 40);
     assert!(!engine.records_closed());
 }

@@ -246,12 +246,29 @@ mod tests {
         );
     }
 
+    /// An empty directory of this test process's own under the temp dir.
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    /// The names in `dir`, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn reports_are_new_whole_files_never_through_a_link() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("rprof-report-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
+        let dir = fresh_dir("rprof-report-test");
         let pid = std::process::id();
         // Someone planted a link at the first partial name: it is not
         // followed, its target is untouched, the next name is used.
@@ -271,12 +288,7 @@ mod tests {
         let m = std::fs::symlink_metadata(&a).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
         // No partial file of ours is left (only the planted link).
-        let mut left: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
+        let left = names_in(&dir);
         let mut want = vec![
             format!("{pid}-0.partial"),
             format!("{pid}-1.report"),
@@ -290,19 +302,9 @@ mod tests {
 
     #[test]
     fn a_report_opened_at_the_start_is_written_whole_at_the_flush() {
-        let dir = std::env::temp_dir().join(format!("rprof-report-open-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
+        let dir = fresh_dir("rprof-report-open");
         let pid = std::process::id();
-        let names = || {
-            let mut v: Vec<String> = std::fs::read_dir(&dir)
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
+        let names = || names_in(&dir);
         let opened = ReportFile::open_in(&dir).unwrap();
         // Until the flush, only the partial name: the command reads nothing.
         assert_eq!(names(), [format!("{pid}-0.partial")]);
