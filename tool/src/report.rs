@@ -92,8 +92,9 @@ pub fn write_report(dir: &Path, body: &str) -> std::io::Result<PathBuf> {
 
 /// A report file of this process, created under its `.partial` name before
 /// it is written. The session opens it when it starts, so the flush only
-/// writes, links and unlinks: creating a file took 0.15-0.3 ms of the
-/// app's exit on an ext4 `/tmp` (the rest, ~40 µs).
+/// writes, links and unlinks (~40 µs): creating a file in `/tmp` took
+/// 0.02-0.14 ms of the app's exit on the project's machine, 0.2-0.24 ms with
+/// its disk 95 % full.
 #[derive(Debug)]
 pub struct ReportFile {
     file: std::fs::File,
