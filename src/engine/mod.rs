@@ -588,7 +588,10 @@ impl<S: DispatchSignal> Engine<S> {
         });
         let mut wait = Wait::until(deadline, DRAIN_PACE);
         while self.in_flight() > 0 && !self.completion_gone.load(Ordering::Acquire) {
-            if backend.is_some_and(|b| self.complete_here(b)) {
+            // Progress is looked for again at once, but only until the
+            // deadline: app threads that keep launching after the stop (the
+            // ring guard) give every turn something to retire.
+            if backend.is_some_and(|b| self.complete_here(b)) && Instant::now() < deadline {
                 continue;
             }
             self.completion_wake.notify();

@@ -3408,3 +3408,94 @@ fn the_flush_settles_without_waiting_for_the_completion_thread() {
     assert_eq!(engine.begin_shutdown(Duration::from_millis(50)), 40);
     assert!(!engine.records_closed());
 }
+
+/// A backend for a device that never finishes `stuck`, while another app
+/// thread keeps launching: each read of `stuck` launches one more kernel
+/// (after the stop, tracked for the ring guard only) that finishes at once,
+/// so every completion turn finds one to retire.
+struct LaunchingWhileStuck {
+    inner: FakeBackend,
+    stuck: u64,
+    engine: Arc<Engine<FakeSignal>>,
+    pool: FakePool,
+    queue: Arc<QueueContext>,
+    launched: AtomicU64,
+}
+
+impl CompletionBackend for LaunchingWhileStuck {
+    fn signal_value(&self, signal: u64) -> i64 {
+        if signal == self.stuck {
+            let signals = &self.inner.signals;
+            self.engine.intercept(
+                &self.queue,
+                &[kernel_packet(0x2000, 0)],
+                &self.pool,
+                |out| {
+                    for p in out {
+                        let s = p.completion_signal();
+                        if s != 0 {
+                            signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+                        }
+                    }
+                },
+            );
+            self.launched.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.signal_value(signal)
+    }
+    fn forward(&self, app_signal: u64) {
+        self.inner.forward(app_signal)
+    }
+    fn open_gate(&self, signal: u64) {
+        self.inner.open_gate(signal)
+    }
+    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
+        self.inner.copy_time(signal)
+    }
+    fn dispatch_time(&self, agent: u64, signal: u64) -> Option<(u64, u64)> {
+        self.inner.dispatch_time(agent, signal)
+    }
+}
+
+/// The flush's own turns are bounded by its deadline: with a recorded
+/// dispatch that never finishes while app threads keep launching kernels
+/// after the stop that finish at once, every turn retires something, and
+/// `begin_shutdown_here` still gives up in time, counting the one left.
+#[test]
+fn the_flush_gives_up_in_time_while_other_threads_keep_finishing_kernels() {
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions {
+        record_queue: 256,
+        ..EngineOptions::default()
+    }));
+    let signals = Signals::new();
+    let pool = FakePool::new(signals.clone(), 64);
+    let queue = Arc::new(QueueContext::new(100, 0, 0));
+    let mut stuck = 0;
+    // Recorded; its signal is never set.
+    engine.intercept(&queue, &[kernel_packet(0x1000, 0)], &pool, |out| {
+        stuck = out[0].completion_signal();
+    });
+    engine.set_up_completion_job();
+    engine.keep_guard_after_stop();
+    let backend = Arc::new(LaunchingWhileStuck {
+        inner: FakeBackend { signals },
+        stuck,
+        engine: engine.clone(),
+        pool,
+        queue,
+        launched: AtomicU64::new(0),
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (e, b) = (engine.clone(), backend.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(e.begin_shutdown_here(&*b, Duration::from_millis(200)));
+        });
+    }
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)),
+        Ok(1),
+        "the flush did not give up in time"
+    );
+    assert!(backend.launched.load(Ordering::Relaxed) > 1);
+}
