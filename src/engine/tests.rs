@@ -2177,24 +2177,17 @@ fn copies_sharing_an_app_signal_decrement_it_once_each_and_are_recorded() {
     }
 }
 
-/// A backend whose copy engine finishes the copy of `finishes_when_read`
-/// at the moment the completion thread first reads its signal, stamping
-/// it with the clock of that moment.
-struct FinishingOnRead {
+/// A fake backend on whose device something happens at the moment a
+/// signal is read: `before_read` runs with the signal first (a copy that
+/// finishes then, an app thread that launches then).
+struct ActingOnRead<F: Fn(u64) + Send + Sync> {
     inner: FakeBackend,
-    finishes_when_read: u64,
+    before_read: F,
 }
 
-impl CompletionBackend for FinishingOnRead {
+impl<F: Fn(u64) + Send + Sync> CompletionBackend for ActingOnRead<F> {
     fn signal_value(&self, signal: u64) -> i64 {
-        let i = Signals::idx(signal);
-        let s = &self.inner.signals;
-        if signal == self.finishes_when_read && s.value[i].load(Ordering::SeqCst) > 0 {
-            let start = boottime_ns();
-            s.start[i].store(start, Ordering::SeqCst);
-            s.end[i].store(start + 1, Ordering::SeqCst);
-            s.value[i].store(0, Ordering::SeqCst);
-        }
+        (self.before_read)(signal);
         self.inner.signal_value(signal)
     }
     fn forward(&self, app_signal: u64) {
@@ -2247,11 +2240,22 @@ fn a_copy_finishing_during_the_copy_pass_keeps_its_times() {
     signals.start[first].store(t, Ordering::SeqCst);
     signals.end[first].store(t + 1, Ordering::SeqCst);
     signals.value[first].store(0, Ordering::SeqCst);
-    let backend = FinishingOnRead {
+    // The copy engine finishes the second copy when its signal is first
+    // read, stamping it with the clock of that moment.
+    let second = ours[1];
+    let backend = ActingOnRead {
         inner: FakeBackend {
             signals: signals.clone(),
         },
-        finishes_when_read: ours[1],
+        before_read: |signal| {
+            let i = Signals::idx(signal);
+            if signal == second && signals.value[i].load(Ordering::SeqCst) > 0 {
+                let start = boottime_ns();
+                signals.start[i].store(start, Ordering::SeqCst);
+                signals.end[i].store(start + 1, Ordering::SeqCst);
+                signals.value[i].store(0, Ordering::SeqCst);
+            }
+        },
     };
     let mut copies = Vec::new();
     assert_eq!(engine.poll_copies(&backend, &mut copies), 2);
@@ -3409,54 +3413,6 @@ fn the_flush_settles_without_waiting_for_the_completion_thread() {
     assert!(!engine.records_closed());
 }
 
-/// A backend for a device that never finishes `stuck`, while another app
-/// thread keeps launching: each read of `stuck` launches one more kernel
-/// (after the stop, tracked for the ring guard only) that finishes at once,
-/// so every completion turn finds one to retire.
-struct LaunchingWhileStuck {
-    inner: FakeBackend,
-    stuck: u64,
-    engine: Arc<Engine<FakeSignal>>,
-    pool: FakePool,
-    queue: Arc<QueueContext>,
-    launched: AtomicU64,
-}
-
-impl CompletionBackend for LaunchingWhileStuck {
-    fn signal_value(&self, signal: u64) -> i64 {
-        if signal == self.stuck {
-            let signals = &self.inner.signals;
-            self.engine.intercept(
-                &self.queue,
-                &[kernel_packet(0x2000, 0)],
-                &self.pool,
-                |out| {
-                    for p in out {
-                        let s = p.completion_signal();
-                        if s != 0 {
-                            signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
-                        }
-                    }
-                },
-            );
-            self.launched.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.signal_value(signal)
-    }
-    fn forward(&self, app_signal: u64) {
-        self.inner.forward(app_signal)
-    }
-    fn open_gate(&self, signal: u64) {
-        self.inner.open_gate(signal)
-    }
-    fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {
-        self.inner.copy_time(signal)
-    }
-    fn dispatch_time(&self, agent: u64, signal: u64) -> Option<(u64, u64)> {
-        self.inner.dispatch_time(agent, signal)
-    }
-}
-
 /// The flush's own turns are bounded by its deadline: with a recorded
 /// dispatch that never finishes while app threads keep launching kernels
 /// after the stop that finish at once, every turn retires something, and
@@ -3477,14 +3433,29 @@ fn the_flush_gives_up_in_time_while_other_threads_keep_finishing_kernels() {
     });
     engine.set_up_completion_job();
     engine.keep_guard_after_stop();
-    let backend = Arc::new(LaunchingWhileStuck {
-        inner: FakeBackend { signals },
-        stuck,
-        engine: engine.clone(),
-        pool,
-        queue,
-        launched: AtomicU64::new(0),
-    });
+    // Each read of the stuck signal: another app thread launches one more
+    // kernel (tracked for the ring guard only), which finishes at once.
+    let launched = Arc::new(AtomicU64::new(0));
+    let backend = {
+        let (e, launched, inner_signals) = (engine.clone(), launched.clone(), signals.clone());
+        Arc::new(ActingOnRead {
+            inner: FakeBackend { signals },
+            before_read: move |signal| {
+                if signal != stuck {
+                    return;
+                }
+                e.intercept(&queue, &[kernel_packet(0x2000, 0)], &pool, |out| {
+                    for p in out {
+                        let s = p.completion_signal();
+                        if s != 0 {
+                            inner_signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
+                        }
+                    }
+                });
+                launched.fetch_add(1, Ordering::Relaxed);
+            },
+        })
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let (e, b) = (engine.clone(), backend.clone());
@@ -3497,5 +3468,5 @@ fn the_flush_gives_up_in_time_while_other_threads_keep_finishing_kernels() {
         Ok(1),
         "the flush did not give up in time"
     );
-    assert!(backend.launched.load(Ordering::Relaxed) > 1);
+    assert!(launched.load(Ordering::Relaxed) > 1);
 }
