@@ -301,18 +301,23 @@ impl<S: DispatchSignal> Engine<S> {
     /// whose grants are the thread's alone. Returns whether the turn made
     /// progress.
     pub(super) fn complete_here(&self, backend: &dyn CompletionBackend) -> bool {
-        if self.options.serialize || self.completion_gone.load(Ordering::Acquire) {
-            return false;
-        }
-        let Some(mut held) = self.try_completion_job() else {
-            return false;
-        };
-        let Some(job) = held.as_mut() else {
-            return false;
-        };
         // What the thread would do after this turn (return, or pass again)
         // it does at its own next turn, which finds the same state.
-        self.turn(backend, job, Some(0)).progress
+        self.with_job_here(|job| self.turn(backend, job, Some(0)).progress)
+            .unwrap_or(false)
+    }
+
+    /// Runs `work` on the completion thread's state on the calling thread,
+    /// if that state is free and the thread's alone to use: not under
+    /// `--serialize-kernels` (its grants are the thread's), not once the
+    /// thread is gone or has not set its state up. `None`: not run (never
+    /// waits for the thread).
+    fn with_job_here<R>(&self, work: impl FnOnce(&mut CompletionJob<S>) -> R) -> Option<R> {
+        if self.options.serialize || self.completion_gone.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut held = self.try_completion_job()?;
+        held.as_mut().map(work)
     }
 
     /// One pass over the tracked dispatches, by the completion thread
@@ -349,26 +354,22 @@ impl<S: DispatchSignal> Engine<S> {
     /// under `--serialize-kernels`, whose grants are the thread's alone,
     /// nor once shutdown began (the thread settles what is left).
     pub fn lend_completion(&self, backend: &dyn CompletionBackend, max: usize) -> usize {
-        if self.options.serialize
-            || self.completion_gone.load(Ordering::Acquire)
-            || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
-            || self.records.len() * 2 >= self.records.capacity()
-        {
+        let stopping = || self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
+        if stopping() || self.records.len() * 2 >= self.records.capacity() {
             return 0;
         }
-        let Some(mut held) = self.try_completion_job() else {
-            return 0;
-        };
-        let Some(job) = held.as_mut() else {
-            return 0;
-        };
-        if self.state.load(Ordering::Acquire) >= STOP_COMPLETION {
-            return 0;
-        }
-        // Each entry taken and each dispatch retired may queue one record:
-        // together they fit the room, so a lender never waits for the writer.
-        let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
-        let done = self.pass(backend, job, None, max.min(room / 2)).done;
+        let done = self.with_job_here(|job| {
+            // Shutdown may have begun while the state was taken.
+            if stopping() {
+                return 0;
+            }
+            // Each entry taken and each dispatch retired may queue one
+            // record: together they fit the room, so a lender never waits
+            // for the writer.
+            let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
+            self.pass(backend, job, None, max.min(room / 2)).done
+        });
+        let done = done.unwrap_or(0);
         if done > 0 {
             self.counters
                 .completions_lent

@@ -186,11 +186,7 @@ pub fn report_outputs(
     opened: Option<ReportFile>,
 ) {
     let lines = report_lines(files, failures, stuck_reason);
-    let target = match opened {
-        Some(f) => Some((f.dir.clone(), Some(f))),
-        None => report_dir().map(|d| (d, None)),
-    };
-    if let Some((dir, opened)) = target {
+    if let Some(dir) = opened.as_ref().map(|f| f.dir.clone()).or_else(report_dir) {
         let body = lines.concat();
         let written = match opened {
             Some(f) => f.finish(&body),
