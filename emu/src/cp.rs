@@ -170,25 +170,60 @@ pub struct Timeline {
     pub late_retire_ns: AtomicU64,
     /// The latest any kernel was retired, ns.
     pub late_retire_max_ns: AtomicU64,
+    /// Kernels launched so far (the index of the next one).
+    pub launched: AtomicU64,
+    /// The [`LARGEST_GAPS`] longest idle gaps, longest first: where a traced run's device waits for work.
+    pub largest_gaps: std::sync::Mutex<Vec<IdleGap>>,
+}
+
+/// How many of the longest idle gaps [`Timeline`] keeps.
+pub const LARGEST_GAPS: usize = 8;
+
+/// One idle gap of the device: how long, when (after the first kernel's start) and before which kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleGap {
+    /// Length, ns.
+    pub ns: u64,
+    /// Start of the gap after the first kernel's start, ns.
+    pub at_ns: u64,
+    /// Index of the kernel that ended it (0 = the first kernel).
+    pub before_kernel: u64,
 }
 
 impl Timeline {
     /// A kernel launched at `start_ns` that runs until `end_ns` (starts come in time order: one thread launches).
     fn launch(&self, start_ns: u64, end_ns: u64) {
         let until = self.busy_until_ns.load(Ordering::Relaxed);
-        if self.first_start_ns.load(Ordering::Relaxed) == 0 {
+        let index = self.launched.fetch_add(1, Ordering::Relaxed);
+        let first = self.first_start_ns.load(Ordering::Relaxed);
+        if first == 0 {
             self.first_start_ns.store(start_ns, Ordering::Relaxed);
         } else if start_ns > until {
             let gap = start_ns - until;
             self.idle_ns.fetch_add(gap, Ordering::Relaxed);
             if gap > 5_000 {
                 self.idle_gaps.fetch_add(1, Ordering::Relaxed);
+                self.keep_if_largest(IdleGap {
+                    ns: gap,
+                    at_ns: until - first,
+                    before_kernel: index,
+                });
             }
         }
         let added = end_ns.saturating_sub(start_ns.max(until));
         self.busy_ns.fetch_add(added, Ordering::Relaxed);
         self.busy_until_ns
             .store(until.max(end_ns), Ordering::Relaxed);
+    }
+
+    /// Keeps `gap` among the [`LARGEST_GAPS`] longest (gaps over 5 µs only: a few dozen a run).
+    fn keep_if_largest(&self, gap: IdleGap) {
+        let mut gaps = self.largest_gaps.lock().unwrap_or_else(|e| e.into_inner());
+        let at = gaps.partition_point(|g| g.ns >= gap.ns);
+        if at < LARGEST_GAPS {
+            gaps.insert(at, gap);
+            gaps.truncate(LARGEST_GAPS);
+        }
     }
 
     /// A kernel whose modelled end was `deadline_ns` retired at `now_ns`.
@@ -1182,6 +1217,15 @@ mod tests {
         assert_eq!(get(&t.busy_ns), 2_000 + 1_000 + 1_000 + 1_000);
         assert_eq!(get(&t.idle_ns), 2_000 + 13_000);
         assert_eq!(get(&t.idle_gaps), 1);
+        // The one gap over 5 µs: 13 µs, from 6 µs after the first start, before the fifth kernel.
+        assert_eq!(
+            *t.largest_gaps.lock().unwrap(),
+            [IdleGap {
+                ns: 13_000,
+                at_ns: 6_000,
+                before_kernel: 4
+            }]
+        );
         // Busy plus idle spans first start to last end.
         assert_eq!(get(&t.busy_ns) + get(&t.idle_ns), 21_000 - 1_000);
         t.retire(3_000, 3_000);
