@@ -111,17 +111,18 @@ extern "C" fn write_event_report() {
         );
         // The longest idle gaps: length, when after the first kernel, before which kernel.
         let gaps = t.largest_gaps.lock().map(|g| g.clone()).unwrap_or_default();
-        let text = text + &gaps
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let n = i + 1;
-                format!(
+        let text = text
+            + &gaps
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let n = i + 1;
+                    format!(
                     "idle_gap_{n}_ns={}\nidle_gap_{n}_at_ns={}\nidle_gap_{n}_before_kernel={}\n",
                     g.ns, g.at_ns, g.before_kernel
                 )
-            })
-            .collect::<String>();
+                })
+                .collect::<String>();
         if let Err(err) = std::fs::write(path, text) {
             eprintln!(
                 "rprof-emu: cannot write EVENT_REPORT {}: {err}",

@@ -66,8 +66,14 @@ impl Order {
         self.late.push(Reverse(key));
     }
 
-    /// Takes the smallest held key.
-    pub fn pop(&mut self) -> Option<Key> {
+    /// The smallest held key, left held.
+    pub fn peek(&self) -> Option<Key> {
+        self.smallest().map(|(key, _)| key)
+    }
+
+    /// The smallest held key and where it is: a run's front, or (`None`)
+    /// the heap's top.
+    fn smallest(&self) -> Option<(Key, Option<usize>)> {
         let mut best: Option<(Key, Option<usize>)> = self.late.peek().map(|r| (r.0, None));
         for (i, run) in self.runs.iter().enumerate() {
             if let Some(&front) = run.front() {
@@ -76,7 +82,12 @@ impl Order {
                 }
             }
         }
-        let (key, from) = best?;
+        best
+    }
+
+    /// Takes the smallest held key.
+    pub fn pop(&mut self) -> Option<Key> {
+        let (key, from) = self.smallest()?;
         match from {
             Some(i) => self.runs[i].pop_front(),
             None => self.late.pop().map(|r| r.0),

@@ -334,6 +334,11 @@ pub struct TraceWriter<W: Write> {
     window_seq: u64,
     /// Encoded events in the window, minus their timestamp and flags.
     slots: Slots,
+    /// The latest timestamp put into the reorder window so far.
+    newest_held_ts: u64,
+    /// [`TraceWriter::flush_settled`] writes the held events no later than
+    /// this: the latest held at its previous call (0 before the first).
+    settled_ts: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -386,6 +391,8 @@ impl<W: Write> TraceWriter<W> {
             } else {
                 0
             }),
+            newest_held_ts: 0,
+            settled_ts: 0,
         }
     }
 
@@ -693,6 +700,29 @@ impl<W: Write> TraceWriter<W> {
         self.out.flush()
     }
 
+    /// Whether events wait in the reorder window (written by a later
+    /// [`TraceWriter::flush_settled`], or at the finish).
+    pub fn holds_events(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// A flush for a file that must stay a readable prefix of the trace,
+    /// called periodically: like [`TraceWriter::flush`], but of the reorder
+    /// window it writes only the events no later than the latest one it held
+    /// at the previous call, and keeps the rest in order. So the file has
+    /// every event that arrived before the previous call, and the window
+    /// keeps doing its job: draining all of it at every call wrote ~2,000
+    /// events out of turn each time (and encoded and deflated them on the
+    /// caller's thread at once).
+    pub fn flush_settled(&mut self) -> io::Result<()> {
+        let settled = std::mem::replace(&mut self.settled_ts, self.newest_held_ts);
+        while self.window.peek().is_some_and(|(ts, _, _)| ts <= settled) {
+            self.pop_window()?;
+        }
+        self.flush_chunk()?;
+        self.out.flush()
+    }
+
     /// The timestamp field's value for `ts_ns`: the delta to the previous
     /// timestamp on the delta clock, or `ts_ns` itself.
     fn encode_ts(&mut self, ts_ns: u64) -> u64 {
@@ -890,6 +920,7 @@ impl<W: Write> TraceWriter<W> {
         let slot = self.slots.store(&[&head[..h], &self.event_buf, &tail[..t]]);
         self.window.push((ts_ns, self.window_seq, slot));
         self.window_seq += 1;
+        self.newest_held_ts = self.newest_held_ts.max(ts_ns);
         self.packets += 1;
         if self.window.len() > REORDER_WINDOW {
             self.pop_window()?;

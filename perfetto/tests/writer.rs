@@ -619,3 +619,69 @@ fn write_out_makes_room_without_closing_the_open_bundle() {
         .count();
     assert_eq!(events, 2 * 60_000, "a BEGIN and an END per slice");
 }
+
+/// The periodic flush (`flush_settled`) leaves in the reorder window what
+/// arrived since its previous call and writes, in time order, everything
+/// held no later than the newest event it held at that call, stragglers
+/// included: the file is a readable prefix with every event that arrived
+/// before the previous flush, and the window goes on ordering the rest.
+#[test]
+fn flush_settled_writes_what_arrived_before_the_previous_call_and_keeps_the_rest() {
+    let file = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let mut w = TraceWriter::with_options(SharedWriter(file.clone()), WriterOptions::default());
+    w.write_clock_snapshot(&ClockReadings {
+        boottime_ns: 500,
+        monotonic_ns: 400,
+        realtime_ns: 1_700_000_000_000_000_000,
+    })
+    .unwrap();
+    w.write_counter_track(&CounterTrack {
+        uuid: 9,
+        parent_uuid: None,
+        name: "order",
+        unit: None,
+    })
+    .unwrap();
+    let counters_in = |bytes: &[u8]| -> Vec<(u64, i64)> {
+        decode_trace(bytes)
+            .unwrap()
+            .packet
+            .iter()
+            .filter_map(|p| match &p.data {
+                Some(Data::TrackEvent(e)) => match e.counter_value_field {
+                    Some(track_event::CounterValueField::CounterValue(v)) => {
+                        Some((p.timestamp.unwrap(), v))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    };
+    for i in 0..100i64 {
+        w.write_counter(9, 1_000 + i as u64, CounterValue::Int(i))
+            .unwrap();
+    }
+    // The first call has no earlier one: every event stays held.
+    w.flush_settled().unwrap();
+    assert_eq!(counters_in(&file.borrow()), []);
+    for i in 100..200i64 {
+        w.write_counter(9, 2_000 + i as u64, CounterValue::Int(i))
+            .unwrap();
+    }
+    // A straggler older than the newest event held at the first call.
+    w.write_counter(9, 1_050, CounterValue::Int(-1)).unwrap();
+    w.flush_settled().unwrap();
+    let mut settled: Vec<(u64, i64)> = (0..100).map(|i| (1_000 + i as u64, i)).collect();
+    settled.insert(51, (1_050, -1));
+    assert_eq!(counters_in(&file.borrow()), settled);
+    // The rest, in order, once the writer finishes.
+    drop(w.finish().unwrap());
+    let all = counters_in(&file.borrow());
+    assert_eq!(all.len(), 201);
+    assert_eq!(all[..101], settled[..]);
+    assert!(all[101..]
+        .iter()
+        .zip(100..200i64)
+        .all(|(&(ts, v), i)| v == i && ts == 2_000 + i as u64));
+}
