@@ -317,9 +317,13 @@ impl<S: DispatchSignal> Engine<S> {
     fn publish(&self, queue: &QueueContext, batch: &mut PacketBatch<S>) {
         for entry in batch.dispatches.drain(..) {
             // The completion thread empties the hand-off queue on every
-            // poll; when it is full, wake it and wait for room (bounded).
+            // poll; when it is full, move what is published into the
+            // thread's list here if its state is free, else wake it and
+            // wait for room (bounded).
             if let Err(mut b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
-                self.completion_wake.notify()
+                if self.take_published_here() == 0 {
+                    self.completion_wake.notify();
+                }
             }) {
                 // Cannot track it: its signal is gone with it, and nobody
                 // will ever complete its record. The call's record it

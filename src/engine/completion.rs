@@ -37,6 +37,9 @@ const RECORD_PUSH_PACE: Pace = Pace::new(15, Duration::from_micros(100));
 /// 100 µs retired ~5 dispatches); timestamps do not depend on when they are
 /// read.
 const RETIRE_BATCH: usize = 64;
+/// Most published entries the completion thread's own pass takes (unless
+/// an interceptor waits for it, or at shutdown): ~60 µs of moving entries.
+const OWN_TAKE: usize = 512;
 /// How many of the oldest in-flight dispatches an ordinary pass reads.
 const SCAN_WINDOW: usize = 256;
 /// Every this many passes the completion thread reads every in-flight
@@ -272,7 +275,20 @@ impl<S: DispatchSignal> Engine<S> {
         own_pass: Option<u64>,
     ) -> Turn {
         let copies_done = self.poll_copies(backend, &mut job.copies);
-        let scan = self.pass(backend, job, own_pass, usize::MAX);
+        // While the app launches faster than this thread passes, a pass
+        // took thousands of entries at once (~0.6 ms on the 6.4 mix, a
+        // core taken from the app or the device): take a bounded share,
+        // and let an interceptor that finds the hand-off queue full move
+        // the rest on its own thread (`take_published_here`). All of it
+        // when an interceptor waits for this thread, or at shutdown.
+        let take = if self.urgent.load(Ordering::Acquire)
+            || self.state.load(Ordering::Acquire) >= STOP_COMPLETION
+        {
+            usize::MAX
+        } else {
+            OWN_TAKE
+        };
+        let scan = self.pass(backend, job, own_pass, take, usize::MAX);
         let dropped = if scan.full {
             self.drop_destroyed(&mut job.tracked, &mut job.serializer)
         } else {
@@ -322,17 +338,18 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// One pass over the tracked dispatches, by the completion thread
     /// (`own_pass`: its count of its own passes) or a lender (`None`: never
-    /// a full scan): takes what interceptors published and retires what
-    /// finished, each of the two up to `max` (each may queue a record:
-    /// a call's record, a dispatch's). What is left stays for the next pass.
+    /// a full scan): takes up to `take` of what interceptors published and
+    /// retires up to `max` of what finished (each may queue a record: a
+    /// call's record, a dispatch's). What is left stays for the next pass.
     fn pass(
         &self,
         backend: &dyn CompletionBackend,
         job: &mut CompletionJob<S>,
         own_pass: Option<u64>,
+        take: usize,
         max: usize,
     ) -> Scan {
-        self.take_published(&mut job.tracked, max);
+        self.take_published(&mut job.tracked, take);
         let scan = self.scan(backend, &mut job.tracked, own_pass);
         self.completion_passes.fetch_add(1, Ordering::Release);
         let retire = scan.done.min(max);
@@ -367,7 +384,8 @@ impl<S: DispatchSignal> Engine<S> {
             // record: together they fit the room, so a lender never waits
             // for the writer.
             let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
-            self.pass(backend, job, None, max.min(room / 2)).done
+            let max = max.min(room / 2);
+            self.pass(backend, job, None, max, max).done
         });
         let done = done.unwrap_or(0);
         if done > 0 {
@@ -376,6 +394,29 @@ impl<S: DispatchSignal> Engine<S> {
                 .fetch_add(done as u64, Ordering::Relaxed);
         }
         done
+    }
+
+    /// Moves published dispatches into the completion thread's list on the
+    /// calling thread, if that state is free: what an interceptor does when
+    /// it finds the hand-off queue full, instead of waiting for the thread
+    /// to wake and be given a core (on a machine whose cores are busy, that
+    /// took a core from the app's other threads or, on the emulated GPU,
+    /// from the command processor, for the time it took to move thousands
+    /// of entries). Takes no more than the record queue has room for (each
+    /// entry taken may queue its call's record), so it never waits for the
+    /// writer. Not under `--serialize-kernels` (the thread's alone), nor
+    /// once shutdown began. Returns how many it took.
+    pub(super) fn take_published_here(&self) -> usize {
+        if self.state.load(Ordering::Acquire) >= STOP_COMPLETION {
+            return 0;
+        }
+        self.with_job_here(|job| {
+            let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
+            let before = job.tracked.len();
+            self.take_published(&mut job.tracked, room);
+            job.tracked.len() - before
+        })
+        .unwrap_or(0)
     }
 
     /// The completion thread's state as it sets it up, without the thread
