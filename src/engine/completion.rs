@@ -380,9 +380,9 @@ impl<S: DispatchSignal> Engine<S> {
             if stopping() {
                 return 0;
             }
-            // Each dispatch retired may queue two records (its call's and
-            // its own): they fit the room, so a lender never waits for the
-            // writer. Taking entries queues none.
+            // Each entry taken and each dispatch retired may queue one
+            // record: together they fit the room, so a lender never waits
+            // for the writer.
             let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
             let max = max.min(room / 2);
             self.pass(backend, job, None, max, max).done
@@ -402,7 +402,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// to wake and be given a core (on a machine whose cores are busy, that
     /// took a core from the app's other threads or, on the emulated GPU,
     /// from the command processor, for the time it took to move thousands
-    /// of entries). Taking queues no record, so it never waits for the
+    /// of entries). Takes no more than the record queue has room for (each
+    /// entry taken may queue its call's record), so it never waits for the
     /// writer. Not under `--serialize-kernels` (the thread's alone), nor
     /// once shutdown began. Returns how many it took.
     pub(super) fn take_published_here(&self) -> usize {
@@ -410,8 +411,9 @@ impl<S: DispatchSignal> Engine<S> {
             return 0;
         }
         self.with_job_here(|job| {
+            let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
             let before = job.tracked.len();
-            self.take_published(&mut job.tracked, usize::MAX);
+            self.take_published(&mut job.tracked, room);
             job.tracked.len() - before
         })
         .unwrap_or(0)
@@ -456,28 +458,14 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
-    /// Tracks a published entry. The interceptor call's record it carries
-    /// (on a call's first traced dispatch) stays with it until the entry
-    /// leaves ([`Engine::hand_over_call`]): handed over when it was taken,
-    /// an app that launches a burst made thousands of records at once,
-    /// which the writer thread wrote before the app's wait could (~2 ms of
-    /// a core on the 6.4 mix); now they come at the device's pace, when
-    /// the call's first dispatch retires, mostly on the waiting app's thread.
-    fn track(&self, tracked: &mut VecDeque<InFlight<S>>, entry: InFlight<S>) {
-        tracked.push_back(entry);
-    }
-
-    /// Hands the record of the interceptor call a recorded entry carries to
-    /// the writer, as the entry leaves (retired, dropped with its queue, or
-    /// given up at shutdown): before the record of any of the call's
-    /// dispatches.
-    fn hand_over_call(&self, entry: &mut InFlight<S>) {
-        if !entry.recorded {
-            return;
-        }
+    /// Tracks a published entry; the interceptor call's record it carries
+    /// (on a call's first traced dispatch) goes to the writer now, before
+    /// any dispatch record of the call.
+    fn track(&self, tracked: &mut VecDeque<InFlight<S>>, mut entry: InFlight<S>) {
         if let Some(call) = entry.take_call_record() {
             self.push_record(Record::Intercept(call));
         }
+        tracked.push_back(entry);
     }
 
     /// Finds the finished dispatches and moves them to the front.
@@ -612,7 +600,6 @@ impl<S: DispatchSignal> Engine<S> {
             }
             left += 1;
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.hand_over_call(&mut tracked[i]);
             if keep {
                 tracked[i].recorded = false;
                 i += 1;
@@ -687,8 +674,7 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Drops a dispatch whose queue was destroyed before it finished: its
     /// packets will never run, so its signals can go back to the pool.
-    fn abandon(&self, mut entry: InFlight<S>) {
-        self.hand_over_call(&mut entry);
+    fn abandon(&self, entry: InFlight<S>) {
         entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         if entry.queue.release_slots(entry.slots()) {
             self.ring_space.notify_all();
@@ -704,14 +690,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// forwarding), reads and clamps its times, gives its signals and ring
     /// slots back, and hands its record to the writer. Returns whether a ring
     /// waiter's target was reached (the caller wakes the waiters once).
-    fn complete(
-        &self,
-        backend: &dyn CompletionBackend,
-        mut entry: InFlight<S>,
-        observed: u64,
-    ) -> bool {
+    fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) -> bool {
         let slots = entry.slots();
-        self.hand_over_call(&mut entry);
         if entry.host_forward != 0 {
             backend.forward(entry.host_forward);
         }

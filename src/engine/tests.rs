@@ -3370,19 +3370,17 @@ fn finished_without_a_completion_thread(
 }
 
 /// A lender takes no more published dispatches and retires no more than
-/// the record queue's free half holds (each dispatch retired may queue two
-/// records: its call's, its own): it never waits for the writer. (It took
-/// everything published, and each call's record went into the queue,
-/// waiting for the writer thread once the queue was full: the app's wait
-/// held for as long.)
+/// the record queue's free half holds (each may queue a record: the call's,
+/// the dispatch's): it never waits for the writer. (It took everything
+/// published, and each call's record went into the queue, waiting for the
+/// writer thread once the queue was full: the app's wait held for as long.)
 #[test]
 fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
     let (engine, backend) = finished_without_a_completion_thread(64, 40);
     for n in 1..=24 {
         assert!(engine.records.push(numbered_dispatch(n)).is_ok());
     }
-    // Room: 32 - 24 = 8, so 4 entries taken and 4 retired (4 call records,
-    // 4 dispatch records).
+    // Room: 32 - 24 = 8, so 4 entries taken (4 call records) and 4 retired.
     assert_eq!(engine.lend_completion(&backend, 16), 4);
     assert_eq!(engine.records.len(), 32);
     assert_eq!(
@@ -3514,57 +3512,4 @@ fn the_completion_threads_own_pass_takes_a_bounded_share_of_what_is_published() 
     engine.urgent.store(true, Ordering::Release);
     engine.complete_here(&backend);
     assert_eq!(engine.pending.len(), 1);
-}
-
-/// A call's record reaches the writer when the call's first dispatch leaves,
-/// not when the entry is taken: taking thousands of entries after a launch
-/// burst made as many records at once, which the writer thread wrote on a
-/// core of its own before the app's wait could (~2 ms on the 6.4 mix). It
-/// still comes before its dispatch's record, and a dispatch given up at
-/// shutdown still hands its call's record over (counts stay exact).
-#[test]
-fn a_calls_record_is_handed_over_when_its_first_dispatch_leaves() {
-    let engine = Engine::<FakeSignal>::new(EngineOptions {
-        record_queue: 256,
-        ..EngineOptions::default()
-    });
-    let signals = Signals::new();
-    let pool = FakePool::new(signals.clone(), 64);
-    let q = Arc::new(QueueContext::new(100, 0, 0));
-    for _ in 0..3 {
-        engine.intercept(&q, &[kernel_packet(0x1000, 0)], &pool, |_| {});
-    }
-    engine.set_up_completion_job();
-    // Taken, none finished: no record yet.
-    engine.complete_here(&FakeBackend {
-        signals: signals.clone(),
-    });
-    assert_eq!(engine.pending.len(), 1, "the newest entry stays published");
-    assert_eq!(engine.records.len(), 0);
-    // The first finishes: its call's record, then its own.
-    signals.value[0].store(0, Ordering::SeqCst);
-    engine.complete_here(&FakeBackend {
-        signals: signals.clone(),
-    });
-    let kinds: Vec<&str> = std::iter::from_fn(|| engine.records.pop())
-        .map(|r| match r {
-            Record::Intercept(_) => "call",
-            Record::Dispatch(_) => "dispatch",
-            _ => "other",
-        })
-        .collect();
-    assert_eq!(kinds, ["call", "dispatch"]);
-    // The other two never finish: given up at shutdown, their calls'
-    // records are handed over all the same.
-    let backend = FakeBackend { signals };
-    assert_eq!(
-        engine.begin_shutdown_here(&backend, Duration::from_millis(50)),
-        2
-    );
-    assert!(engine.records_closed());
-    assert_eq!(engine.counters().lost.load(Ordering::Relaxed), 2);
-    let calls = std::iter::from_fn(|| engine.records.pop())
-        .filter(|r| matches!(r, Record::Intercept(_)))
-        .count();
-    assert_eq!(calls, 2);
 }
