@@ -429,12 +429,9 @@ fn hand_encoded_events_match_prost_encoding_length() {
     assert_eq!(events, 9);
 }
 
-/// The reorder window writes events in timestamp order and events with the
-/// same timestamp in the order they were written, whatever the arrival
-/// order (up to the window's size): counter values carry the write order.
-#[test]
-fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
-    let mut w = TraceWriter::new(Vec::new());
+/// Starts a trace for counter tests: the clock snapshot (boottime 1,000 ns)
+/// and counter track 9, "order".
+fn start_order_counters<W: std::io::Write>(w: &mut TraceWriter<W>) {
     w.write_clock_snapshot(&ClockReadings {
         boottime_ns: 1_000,
         monotonic_ns: 900,
@@ -448,6 +445,33 @@ fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
         unit: None,
     })
     .unwrap();
+}
+
+/// The (timestamp, value) of every integer counter event in `bytes`.
+fn counter_values(bytes: &[u8]) -> Vec<(u64, i64)> {
+    decode_trace(bytes)
+        .unwrap()
+        .packet
+        .iter()
+        .filter_map(|p| match &p.data {
+            Some(Data::TrackEvent(e)) => match e.counter_value_field {
+                Some(track_event::CounterValueField::CounterValue(v)) => {
+                    Some((p.timestamp.unwrap(), v))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reorder window writes events in timestamp order and events with the
+/// same timestamp in the order they were written, whatever the arrival
+/// order (up to the window's size): counter values carry the write order.
+#[test]
+fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
+    let mut w = TraceWriter::new(Vec::new());
+    start_order_counters(&mut w);
     // 6,000 events, four per nanosecond plus up to 64 ns of jitter from a
     // small LCG: many collide, arrival order is far from time order, but no
     // event is more than REORDER_WINDOW (2,048) places late, and the
@@ -462,20 +486,7 @@ fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
         w.write_counter(9, ts, CounterValue::Int(i)).unwrap();
         written.push((ts, i));
     }
-    let trace = decode_trace(&w.finish().unwrap()).unwrap();
-    let read: Vec<(u64, i64)> = trace
-        .packet
-        .iter()
-        .filter_map(|p| match &p.data {
-            Some(Data::TrackEvent(e)) => match e.counter_value_field {
-                Some(track_event::CounterValueField::CounterValue(v)) => {
-                    Some((p.timestamp.unwrap(), v))
-                }
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
+    let read = counter_values(&w.finish().unwrap());
     // Sorting by timestamp alone is stable: ties stay in write order.
     written.sort_by_key(|&(ts, _)| ts);
     assert_eq!(read.len(), 6_000);
@@ -629,42 +640,14 @@ fn write_out_makes_room_without_closing_the_open_bundle() {
 fn flush_settled_writes_what_arrived_before_the_previous_call_and_keeps_the_rest() {
     let file = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let mut w = TraceWriter::with_options(SharedWriter(file.clone()), WriterOptions::default());
-    w.write_clock_snapshot(&ClockReadings {
-        boottime_ns: 500,
-        monotonic_ns: 400,
-        realtime_ns: 1_700_000_000_000_000_000,
-    })
-    .unwrap();
-    w.write_counter_track(&CounterTrack {
-        uuid: 9,
-        parent_uuid: None,
-        name: "order",
-        unit: None,
-    })
-    .unwrap();
-    let counters_in = |bytes: &[u8]| -> Vec<(u64, i64)> {
-        decode_trace(bytes)
-            .unwrap()
-            .packet
-            .iter()
-            .filter_map(|p| match &p.data {
-                Some(Data::TrackEvent(e)) => match e.counter_value_field {
-                    Some(track_event::CounterValueField::CounterValue(v)) => {
-                        Some((p.timestamp.unwrap(), v))
-                    }
-                    _ => None,
-                },
-                _ => None,
-            })
-            .collect()
-    };
+    start_order_counters(&mut w);
     for i in 0..100i64 {
         w.write_counter(9, 1_000 + i as u64, CounterValue::Int(i))
             .unwrap();
     }
     // The first call has no earlier one: every event stays held.
     w.flush_settled().unwrap();
-    assert_eq!(counters_in(&file.borrow()), []);
+    assert_eq!(counter_values(&file.borrow()), []);
     for i in 100..200i64 {
         w.write_counter(9, 2_000 + i as u64, CounterValue::Int(i))
             .unwrap();
@@ -674,10 +657,10 @@ fn flush_settled_writes_what_arrived_before_the_previous_call_and_keeps_the_rest
     w.flush_settled().unwrap();
     let mut settled: Vec<(u64, i64)> = (0..100).map(|i| (1_000 + i as u64, i)).collect();
     settled.insert(51, (1_050, -1));
-    assert_eq!(counters_in(&file.borrow()), settled);
+    assert_eq!(counter_values(&file.borrow()), settled);
     // The rest, in order, once the writer finishes.
     drop(w.finish().unwrap());
-    let all = counters_in(&file.borrow());
+    let all = counter_values(&file.borrow());
     assert_eq!(all.len(), 201);
     assert_eq!(all[..101], settled[..]);
     assert!(all[101..]
