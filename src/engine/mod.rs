@@ -149,12 +149,13 @@ pub struct EngineOptions {
     /// completion thread's own list is sized for it.
     pub max_in_flight: usize,
     /// Capacity of the hand-off queue from interceptors to the completion
-    /// thread (at most `max_in_flight`). The completion thread empties it on
-    /// every poll, so it only holds what arrives between two polls; an
-    /// interceptor that finds it full wakes the completion thread and
-    /// yields until there is room. It is built when tracing starts, inside
-    /// the app's `hsa_init`, and every slot is written then: a smaller queue
-    /// is a shorter start-up.
+    /// thread (at most `max_in_flight`). The completion thread takes up to
+    /// 512 entries a poll, so it holds what arrives between polls; an
+    /// interceptor that finds it full moves the entries into the completion
+    /// thread's list itself when that list is free, else wakes the thread
+    /// and yields until there is room. It is built when tracing starts,
+    /// inside the app's `hsa_init`, and every slot is written then: a
+    /// smaller queue is a shorter start-up.
     pub handoff_queue: usize,
     /// Most memory copies traced at once (`--memory-copy-trace`; 0 when
     /// copies are not traced: the queue then takes no memory).
