@@ -316,7 +316,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// Hands the batch's dispatches to the completion thread.
     fn publish(&self, queue: &QueueContext, batch: &mut PacketBatch<S>) {
         for entry in batch.dispatches.drain(..) {
-            // The completion thread empties the hand-off queue on every
+            // The completion thread takes from the hand-off queue at every
             // poll; when it is full, move what is published into the
             // thread's list here if its state is free, else wake it and
             // wait for room (bounded).

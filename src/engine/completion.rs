@@ -383,8 +383,7 @@ impl<S: DispatchSignal> Engine<S> {
             // Each entry taken and each dispatch retired may queue one
             // record: together they fit the room, so a lender never waits
             // for the writer.
-            let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
-            let max = max.min(room / 2);
+            let max = max.min(self.lend_room() / 2);
             self.pass(backend, job, None, max, max).done
         });
         let done = done.unwrap_or(0);
@@ -418,9 +417,8 @@ impl<S: DispatchSignal> Engine<S> {
         }
         let taken = self
             .with_job_here(|job| {
-                let room = (self.records.capacity() / 2).saturating_sub(self.records.len());
                 let before = job.tracked.len();
-                self.take_published(&mut job.tracked, room);
+                self.take_published(&mut job.tracked, self.lend_room());
                 job.tracked.len() - before
             })
             .unwrap_or(0);
@@ -428,6 +426,12 @@ impl<S: DispatchSignal> Engine<S> {
             self.lend_writer(taken);
         }
         taken
+    }
+
+    /// Records a thread other than the completion thread may queue without
+    /// ever waiting for the writer: what the record queue's free half holds.
+    fn lend_room(&self) -> usize {
+        (self.records.capacity() / 2).saturating_sub(self.records.len())
     }
 
     /// The completion thread's state as it sets it up, without the thread

@@ -126,13 +126,19 @@ pub(super) struct Sinks {
 }
 
 impl Sinks {
-    /// The room every sink still in use has before it writes to its file.
-    fn spare_room(&self) -> usize {
+    /// The sinks still in use (none of their calls failed).
+    fn in_use(&self) -> impl Iterator<Item = &(dyn RecordSink + Send)> {
         self.sinks
             .iter()
             .zip(&self.failures)
             .filter(|(_, failed)| failed.is_none())
-            .map(|(sink, _)| sink.spare_room())
+            .map(|(sink, _)| sink.as_ref())
+    }
+
+    /// The room every sink still in use has before it writes to its file.
+    fn spare_room(&self) -> usize {
+        self.in_use()
+            .map(|sink| sink.spare_room())
             .min()
             .unwrap_or(usize::MAX)
     }
@@ -167,10 +173,7 @@ impl Sinks {
 
     /// Whether a sink still in use kept records back at its last flush.
     fn hold_back(&self) -> bool {
-        self.sinks
-            .iter()
-            .zip(&self.failures)
-            .any(|(sink, failed)| failed.is_none() && sink.holds_back())
+        self.in_use().any(|sink| sink.holds_back())
     }
 
     /// A lender found a sink short of room: makes room in the sinks short of
