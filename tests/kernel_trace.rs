@@ -944,6 +944,28 @@ fn two_copies_of_the_tool_library_trace_once() {
 }
 
 #[test]
+fn outputs_are_finished_and_reported_while_earlier_exit_handlers_run() {
+    // rprof's exit handler leaves the writer finishing the outputs while
+    // the handlers registered before it run (HIP's teardown); the writer
+    // then reports them itself. Here such a handler takes 300 ms and ends
+    // the process by `_exit`: no `OnUnload`, no destructor after it.
+    let run = run_rprof("handler-exit", &[], &["exit", "200", "handler_exit"]);
+    let rows = assert_complete_trace(&run);
+    assert_eq!(rows.len(), 200);
+    assert_whole_outputs(&run);
+    let written = run.reported_written();
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            written.contains(&p),
+            "{p} not reported written; stderr:\n{}",
+            run.stderr
+        );
+    }
+    check_pftrace(&run.output(".pftrace"));
+}
+
+#[test]
 fn files_the_process_could_not_finish_are_never_reported_as_written() {
     // `_exit` skips every flush: the files exist but are unfinished.
     let run = run_rprof("underscore-exit", &[], &["exit", "50", "_exit"]);

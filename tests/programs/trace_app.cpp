@@ -6,7 +6,9 @@
 //   shared T N      T threads writing into one shared queue, N dispatches each
 //   queue_first T N as threads, but the queues are made before the code object is loaded (as HIP does);
 //                   prints QUEUE_CREATE_US, the time making them took
-//   exit N [quick|_exit]  N dispatches, then exit(0) (or quick_exit(0), _exit(0)) with work in flight and no hsa_shut_down
+//   exit N [quick|_exit|handler_exit]  N dispatches, then exit(0) (or quick_exit(0), _exit(0)) with work in flight
+//                  and no hsa_shut_down; handler_exit: exit(0), whose handler registered before hsa_init (so run
+//                  after rprof's) takes 300 ms, as a runtime's teardown would, then ends the process by _exit(0)
 //   latency N       N times: one kernel with an app signal, then a blocked wait on it; prints ROUNDTRIP_US
 //   pairs N         N times: kernel with an app signal (not waited for), then a kernel without; one wait at the end
 //   destroy N       N dispatches, then hsa_queue_destroy right away (work pending), then hsa_shut_down
@@ -501,12 +503,19 @@ static int task_stat_field(long tid, int n) {
   return atoi(p);
 }
 
+// An exit handler that outlasts rprof's and then skips the rest of exit (no later handler, no destructor).
+static void slow_handler_then_underscore_exit() {
+  usleep(300 * 1000);
+  _exit(0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s <code-object> threads|shared|exit [args]\n", argv[0]);
     return 1;
   }
   std::string mode = argv[2];
+  if (mode == "exit" && argc > 4 && std::string(argv[4]) == "handler_exit") atexit(slow_handler_then_underscore_exit);
   CHECK(hsa_init());
   CHECK(hsa_iterate_agents(on_agent, nullptr));
   if (g_gpu.handle == 0) {

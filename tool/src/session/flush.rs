@@ -31,6 +31,20 @@ const GUARD_DRAIN: Duration = Duration::from_secs(1);
 /// exit, to settle the recorded dispatches).
 const COMPLETION_JOIN: Duration = Duration::from_secs(2);
 
+/// A flush [`Session::begin_finish`] began and [`Session::end_finish`] has
+/// not ended yet.
+pub(super) struct Ending {
+    /// What began it (`exit`, `hsa_shut_down`, ...), for the summary.
+    why: String,
+    /// Begun at exit: the signal pool stays open.
+    at_exit: bool,
+    t0: Instant,
+    /// How long the device took (undelivered packets, dispatches on it).
+    device_done: Duration,
+    /// The writer was told to finish: its outcome is to be waited for.
+    writer_told: bool,
+}
+
 /// Where a flush's time went, for the verbose summary.
 #[derive(Clone, Copy)]
 struct FlushPhases {
@@ -43,7 +57,21 @@ struct FlushPhases {
 impl Session {
     /// Flushes the trace: waits (bounded) for dispatches on the device, lets
     /// the completion and writer threads finish, and closes the outputs.
-    /// Idempotent; later calls return at once.
+    /// Idempotent; later calls return at once, or end a flush that
+    /// [`Session::begin_finish`] began.
+    pub(super) fn finish(&self, why: &str, at_exit: bool) {
+        self.begin_finish(why, at_exit);
+        self.end_finish();
+    }
+
+    /// The flush up to the writer's last work: waits (bounded) for
+    /// dispatches on the device, settles them, and tells the writer to
+    /// finish the outputs, without waiting for it. [`Session::end_finish`]
+    /// waits for the writer and reports. `exit` calls only this: the
+    /// writer then finishes the outputs on its own core while the runtimes'
+    /// exit handlers run (HIP destroying its queues, `hsa_shut_down`), and
+    /// `OnUnload`, the last `hsa_shut_down` or the library's destructor,
+    /// whichever comes first, ends the flush. Idempotent.
     ///
     /// `at_exit`: the process is exiting (`exit` from any thread, possibly
     /// while other threads keep launching kernels): only packets written
@@ -57,7 +85,7 @@ impl Session {
     /// [`WRITER_JOIN_STALL`] after it stopped moving ([`WRITER_JOIN_MAX`] in
     /// all for a writer that keeps moving); what could not be finished is said on stderr and in
     /// the report to the `rprof` command.
-    pub(super) fn finish(&self, why: &str, at_exit: bool) {
+    pub(super) fn begin_finish(&self, why: &str, at_exit: bool) {
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -80,11 +108,53 @@ impl Session {
             FLUSH_TIMEOUT.saturating_sub(t0.elapsed()),
         );
         let device_done = t0.elapsed();
+        if left > 0 {
+            eprintln!("rprof: {left} dispatches or memory copies were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
+        }
+        let writer_told = self.stop_threads(at_exit);
+        *lock(&self.ending) = Some(Ending {
+            why: why.to_string(),
+            at_exit,
+            t0,
+            device_done,
+            writer_told,
+        });
+    }
+
+    /// Ends a flush [`Session::begin_finish`] began: waits (bounded) for
+    /// the writer to finish the outputs, closes the signal pool (not at
+    /// exit), and reports. Nothing to do when no flush began here; when the
+    /// writer thread is ending it ([`Session::end_finish_from_writer`]),
+    /// waits until it has.
+    pub(super) fn end_finish(&self) {
+        self.end_finish_if(|_| true);
+    }
+
+    /// The writer thread, once it has finished the outputs: ends a flush
+    /// begun at exit (the report then leaves the app's exit too). Other
+    /// flushes end on the thread that began them, which waits.
+    pub(super) fn end_finish_from_writer(&self) {
+        self.end_finish_if(|e| e.at_exit);
+    }
+
+    /// [`Session::end_finish`] for an ending that `which` accepts. The
+    /// ending's lock is held until the report is written, so that a second
+    /// caller returns only once the flush has ended.
+    fn end_finish_if(&self, which: impl FnOnce(&Ending) -> bool) {
+        let mut slot = lock(&self.ending);
+        if !slot.as_ref().is_some_and(which) {
+            return;
+        }
+        let Some(ending) = slot.take() else {
+            return;
+        };
         // `None`: no threads to stop; `Some(None)`: the writer is stuck.
-        let stopped = self.stop_threads(at_exit);
+        let stopped = ending
+            .writer_told
+            .then(|| self.engine.join_writer(WRITER_JOIN_STALL, WRITER_JOIN_MAX));
         let phases = FlushPhases {
-            device: device_done,
-            threads: t0.elapsed().saturating_sub(device_done),
+            device: ending.device_done,
+            threads: ending.t0.elapsed().saturating_sub(ending.device_done),
         };
         let writer_stuck = matches!(stopped, Some(None));
         let outcome = stopped.flatten();
@@ -92,15 +162,12 @@ impl Session {
         // handle is out once the completion thread has returned, except for
         // dispatches given up on, which keep the pool open). Not at exit:
         // the completion thread still recycles them for the app's threads.
-        if !at_exit {
+        if !ending.at_exit {
             let _ = self.source.pool().shutdown();
-        }
-        if left > 0 {
-            eprintln!("rprof: {left} dispatches or memory copies were still running after {FLUSH_TIMEOUT:?} at {why}; they are counted as lost");
         }
         self.report(outcome.as_ref(), writer_stuck);
         if let Some(o) = outcome {
-            self.summarise(&o, why, t0, phases);
+            self.summarise(&o, &ending.why, ending.t0, phases);
         }
     }
 
@@ -150,11 +217,12 @@ impl Session {
     }
 
     /// Stops the completion thread (at exit: only waits until it has
-    /// settled the recorded dispatches, and keeps it recycling) and the
-    /// writer; `None` if they were not running, else the writer's outcome,
-    /// `None` if it did not finish in time.
-    fn stop_threads(&self, at_exit: bool) -> Option<Option<WriterOutcome>> {
-        let (completion, writer) = lock(&self.threads).take()?;
+    /// settled the recorded dispatches, and keeps it recycling) and tells
+    /// the writer to finish; `false` if they were not running.
+    fn stop_threads(&self, at_exit: bool) -> bool {
+        let Some((completion, writer)) = lock(&self.threads).take() else {
+            return false;
+        };
         if at_exit {
             // The completion thread keeps recycling for the app's
             // remaining launches; wait only until it has settled the
@@ -167,11 +235,11 @@ impl Session {
             eprintln!("rprof: the completion thread did not stop within {COMPLETION_JOIN:?}; dispatches it still held are lost");
         }
         self.engine.stop_writer();
-        let outcome = self.engine.join_writer(WRITER_JOIN_STALL, WRITER_JOIN_MAX);
-        // Never joined: it frees its sinks' buffers and ends on its own (its
-        // CPU time is read from the handle, `threads::cpu_ns`).
+        // Never joined: [`Session::end_finish`] waits for its outcome; then
+        // it frees its sinks' buffers and ends on its own (its CPU time is
+        // read from the handle, `threads::cpu_ns`).
         *lock(&self.writer_thread) = Some(writer);
-        Some(outcome)
+        true
     }
 
     /// Says which outputs are finished (on stderr if the writer is stuck,

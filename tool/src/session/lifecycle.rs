@@ -22,7 +22,7 @@ pub(super) fn install() {
     // hsa_shut_down still covers. `quick_exit` runs only the second list.
     unsafe {
         libc::atexit(at_exit);
-        at_quick_exit(at_exit);
+        at_quick_exit(at_quick_exit_flush);
         // A forked child has none of rprof's threads: it runs untraced.
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
@@ -94,14 +94,54 @@ fn flush_on_signal(why: &str) {
     }
 }
 
+/// `exit`: begins the flush and leaves the writer finishing the outputs
+/// while the exit handlers registered before rprof's run (HIP's teardown,
+/// which destroys its queues and calls `hsa_shut_down`). The flush ends at
+/// `OnUnload` or the last `hsa_shut_down`, or else in the library's
+/// destructor, which runs after every exit handler ([`at_library_end`]).
 extern "C" fn at_exit() {
     guarded(
         "the exit flush",
         || (),
         || {
             if let Some(s) = session() {
-                s.finish("exit", true);
+                s.begin_finish("exit", true);
             }
         },
     )
 }
+
+/// `quick_exit`: no destructor runs after its handlers, so the whole
+/// flush happens here.
+extern "C" fn at_quick_exit_flush() {
+    guarded(
+        "the quick_exit flush",
+        || (),
+        || {
+            if let Some(s) = session() {
+                s.finish("quick_exit", true);
+            }
+        },
+    )
+}
+
+/// The library's destructor: at the end of `exit`, after every exit
+/// handler (glibc runs the loaded objects' destructors last), or when the
+/// runtime unloads rprof. Ends a flush `exit` began that neither `OnUnload`
+/// nor `hsa_shut_down` ended; never starts one, never waits for a session
+/// still starting.
+extern "C" fn at_library_end() {
+    guarded(
+        "the library destructor",
+        || (),
+        || {
+            if let Some(s) = super::SESSION.get() {
+                s.end_finish();
+            }
+        },
+    )
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static DESTRUCTOR: extern "C" fn() = at_library_end;

@@ -79,6 +79,8 @@ pub struct Session {
     init_depth: AtomicI64,
     threads: Mutex<Option<threads::Threads>>,
     finished: AtomicBool,
+    /// A flush begun and not yet ended (see [`Session::begin_finish`]).
+    ending: Mutex<Option<flush::Ending>>,
     /// The completion thread, still recycling for the ring guard after an
     /// at-exit flush (see [`Session::end_guard`]).
     guard_thread: Mutex<Option<JoinHandle<()>>>,
@@ -406,6 +408,7 @@ impl Session {
             init_depth: AtomicI64::new(1),
             threads: Mutex::new(None),
             finished: AtomicBool::new(false),
+            ending: Mutex::new(None),
             guard_thread: Mutex::new(None),
             writer_thread: Mutex::new(None),
             outputs: crate::report::output_files(config),
@@ -414,8 +417,16 @@ impl Session {
             passthrough: config.tuning.passthrough,
             markers: intercept_markers(&rt),
         }));
-        let threads = threads::start(engine, RocrBackend::new(rt), sinks, kernels, run, agents)
-            .map_err(|e| format!("cannot start the tracing threads: {e}; {UNTRACED}"))?;
+        let threads = threads::start(
+            engine,
+            RocrBackend::new(rt),
+            sinks,
+            kernels,
+            run,
+            agents,
+            || session.end_finish_from_writer(),
+        )
+        .map_err(|e| format!("cannot start the tracing threads: {e}; {UNTRACED}"))?;
         *lock(&session.threads) = Some(threads);
         Ok(session)
     }

@@ -112,7 +112,9 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Starts the completion thread (recycling signals through `backend`) and
 /// the writer thread (feeding `sinks`), and returns once both run under
 /// their names and policy (a thread names itself when it first runs: until
-/// then it would show as its spawner, the session's start thread).
+/// then it would show as its spawner, the session's start thread). The
+/// writer thread calls `after_writer` once it has published its outcome
+/// (before it frees its sinks).
 pub(super) fn start(
     engine: Arc<Engine<PooledSignal>>,
     backend: RocrBackend,
@@ -120,6 +122,7 @@ pub(super) fn start(
     kernels: Arc<KernelTable>,
     run: RunInfo,
     agents: Vec<AgentInfo>,
+    after_writer: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<Threads> {
     let (ready, running) = std::sync::mpsc::sync_channel::<()>(2);
     let e = engine.clone();
@@ -155,6 +158,7 @@ pub(super) fn start(
                 },
             );
             WRITER_CPU_NS.store(thread_cpu_ns(), Ordering::Release);
+            guarded("the writer's end of the flush", || (), after_writer);
             drop(sinks);
         })?;
     for _ in 0..2 {
