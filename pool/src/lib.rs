@@ -18,7 +18,9 @@
 //! - [`SignalPool`] owns up to [`PoolConfig::capacity`] signals. They are created lazily, one
 //!   batch of [`PoolConfig::batch`] at a time, when the free list is empty, and are then reused
 //!   for the pool's whole life: after warm-up no dispatch creates a signal. They are destroyed
-//!   only by [`SignalPool::shutdown`] or by dropping the pool, never while a handle is out.
+//!   only by [`SignalPool::shutdown`] or by dropping the pool, never while a handle is out, or,
+//!   free ones beyond a number kept, by [`SignalPool::trim`] (the end of a run), which also
+//!   stops the pool's growth.
 //! - [`SignalHandle`] is what [`SignalPool::try_acquire`] returns: owned, `Send`, not `Clone`.
 //!   The signal is reset to [`PoolConfig::initial_value`] and goes back on the free list when the
 //!   handle is dropped. [`RawSignal`] is only reachable through `raw()` on a live handle, which
@@ -31,7 +33,9 @@
 //!   index from the free list is the only way to get one, so a signal is never handed out twice
 //!   at the same time.
 //! - Only slots `0..created` ever hold a signal; `created` grows by batches under a lock and
-//!   never exceeds the capacity; a slot's signal never changes once created.
+//!   never exceeds the capacity; a slot's signal never changes once created, except that `trim`
+//!   sets it to 0 once it destroyed it (the index is then on no list, so no one reads it again;
+//!   `shutdown` and drop skip 0).
 //! - Acquire and release allocate nothing and take no lock in steady state: acquire pops an index
 //!   from the free list, release resets the signal and pushes the index back. The lock is taken
 //!   only to grow (at most `capacity / batch` times).

@@ -108,7 +108,8 @@ pub struct PoolStats {
 /// One signal's slot.
 struct Slot {
     /// The signal, written once when the slot's batch is created (before its index is first
-    /// published on the free list or handed out), read only through a live handle.
+    /// published on the free list or handed out), read only through a live handle; 0 once
+    /// [`SignalPool::trim`] destroyed it (its index is then nowhere: never handed out again).
     raw: AtomicU64,
     /// Whether a handle owns the slot: false exactly while the index is on the free list (or
     /// the slot has no signal yet). Set by the acquirer that popped the index, cleared by the
@@ -124,6 +125,12 @@ struct Growth {
     failure: Option<ProviderError>,
     /// `shutdown` destroyed the signals.
     closed: bool,
+    /// Signals `trim` destroyed (their slots hold 0 and their indices are nowhere). Mirrors
+    /// [`Counters::trimmed`].
+    trimmed: u32,
+    /// `trim` ran: the pool never grows again (also for a grower that passed the
+    /// `growth_over` check before it).
+    trim_ran: bool,
 }
 
 /// Statistics counters. The hot path writes none of them in steady state (only `high_water`
@@ -135,6 +142,9 @@ struct Counters {
     published: AtomicU32,
     /// Largest in-use count seen by `claim`.
     high_water: AtomicU32,
+    /// Signals `trim` destroyed (counted once their index left the free list: `in_use`
+    /// counts one as out meanwhile, as it does an acquire in flight).
+    trimmed: AtomicU32,
     /// Free-list pushes that were not releases (growth, refused shutdowns):
     /// `resets = free.pushes() - extra_pushes`.
     extra_pushes: AtomicU64,
@@ -190,6 +200,8 @@ impl<P: SignalProvider> SignalPool<P> {
                 created: 0,
                 failure: None,
                 closed: false,
+                trimmed: 0,
+                trim_ran: false,
             }),
             closed: AtomicBool::new(false),
             counters: CachePadded::new(Counters::default()),
@@ -237,19 +249,20 @@ impl<P: SignalProvider> SignalPool<P> {
         if growth.closed {
             return Err(PoolError::Closed);
         }
-        let created = growth.created;
+        // Signals `trim` destroyed are on no list: only the others are waited for.
+        let live = growth.created - growth.trimmed;
         // Take every index off the free list: nobody can acquire them meanwhile, and the
-        // growth lock keeps `created` fixed. Shutdown is rare, so it may allocate.
-        let mut drained = Vec::with_capacity(created as usize);
-        while drained.len() < created as usize {
+        // growth lock keeps `created` and `trimmed` fixed. Shutdown is rare, so it may allocate.
+        let mut drained = Vec::with_capacity(live as usize);
+        while drained.len() < live as usize {
             match self.free.pop() {
                 Some(index) => drained.push(index),
                 None => break,
             }
         }
-        if drained.len() < created as usize {
+        if drained.len() < live as usize {
             // Some signal is out (or on its way back): put back what we took.
-            let outstanding = created - drained.len() as u32;
+            let outstanding = live - drained.len() as u32;
             drop(growth);
             self.counters
                 .extra_pushes
@@ -262,12 +275,49 @@ impl<P: SignalProvider> SignalPool<P> {
         growth.closed = true;
         self.growth_over.store(true, Ordering::SeqCst);
         self.closed.store(true, Ordering::SeqCst);
-        for slot in &self.slots[..created as usize] {
-            self.provider
-                .destroy(RawSignal(slot.raw.load(Ordering::Relaxed)));
-        }
+        self.destroy_live(growth.created);
         drop(growth);
-        Ok(created)
+        Ok(live)
+    }
+
+    /// Destroys the free signals beyond the first `keep` for good, while the pool stays open:
+    /// for the end of a run, when most of the signals a burst needed sit idle and destroying
+    /// them later would hold up whoever closes the pool. The pool stops growing (the trimmed
+    /// slots are never refilled): acquirers then share the signals left, as when the capacity
+    /// is reached. Returns how many signals it destroyed; handles out are never touched.
+    pub fn trim(&self, keep: u32) -> u32 {
+        let mut growth = lock(&self.growth);
+        if growth.closed {
+            return 0;
+        }
+        // No growth from here on: `created` stays what it is, holes included.
+        growth.trim_ran = true;
+        self.growth_over.store(true, Ordering::SeqCst);
+        let mut destroyed = 0;
+        while self.free.len() > keep as usize {
+            let Some(index) = self.free.pop() else {
+                break;
+            };
+            // Popping the index made this thread its only owner, as an acquirer; it is never
+            // pushed back, so nobody reads the slot again (shutdown and drop skip 0).
+            let slot = &self.slots[index as usize];
+            self.counters.trimmed.fetch_add(1, Ordering::Release);
+            self.provider
+                .destroy(RawSignal(slot.raw.swap(0, Ordering::Relaxed)));
+            destroyed += 1;
+        }
+        growth.trimmed += destroyed;
+        destroyed
+    }
+
+    /// Destroys the signals of slots `0..created` that `trim` left (under the growth lock).
+    fn destroy_live(&self, created: u32) {
+        for slot in &self.slots[..created as usize] {
+            let raw = slot.raw.load(Ordering::Relaxed);
+            if raw != 0 {
+                self.provider.destroy(RawSignal(raw));
+            }
+        }
     }
 
     /// Current counters.
@@ -309,7 +359,10 @@ impl<P: SignalProvider> SignalPool<P> {
     /// Signals not on the free list (exact when no acquire or release is in flight).
     fn in_use(&self) -> u32 {
         let published = self.counters.published.load(Ordering::Acquire);
-        published.saturating_sub(self.free.len() as u32)
+        let trimmed = self.counters.trimmed.load(Ordering::Acquire);
+        published
+            .saturating_sub(trimmed)
+            .saturating_sub(self.free.len() as u32)
     }
 
     /// The signal in slot `index`; the caller holds a reference.
@@ -350,7 +403,7 @@ impl<P: SignalProvider> SignalPool<P> {
         if let Some(index) = self.free.pop() {
             return Ok(Some(index));
         }
-        if growth.failure.is_some() || growth.created == self.config.capacity {
+        if growth.failure.is_some() || growth.created == self.config.capacity || growth.trim_ran {
             drop(growth);
             return self.no_growth();
         }
@@ -423,10 +476,7 @@ impl<P: SignalProvider> Drop for SignalPool<P> {
         if growth.closed {
             return;
         }
-        for slot in &self.slots[..growth.created as usize] {
-            self.provider
-                .destroy(RawSignal(slot.raw.load(Ordering::Relaxed)));
-        }
+        self.destroy_live(growth.created);
     }
 }
 

@@ -140,3 +140,28 @@ fn growth_wait_and_release_interleaved() {
         assert_eq!(u64::from(stats.created), pool.provider().creates());
     });
 }
+
+/// `trim` racing a release and an acquire: it destroys only signals on the free list (never one
+/// held, never one handed out afterwards), keeps one for the acquirer, and shutdown destroys
+/// exactly the rest.
+#[test]
+fn trim_races_a_release_and_an_acquire() {
+    loom::model(|| {
+        let pool = leaked_pool(2, 2);
+        let first = take_retrying(pool);
+        let releaser = thread::spawn(move || drop(first));
+        let acquirer = thread::spawn(move || {
+            let h = take_retrying(pool);
+            pool.provider().begin_use(h.raw());
+            pool.provider().end_use(h.raw());
+        });
+        let trimmed = pool.trim(1);
+        releaser.join().unwrap();
+        acquirer.join().unwrap();
+        assert!(trimmed <= 1);
+        assert_eq!(u64::from(trimmed), pool.provider().destroys());
+        assert_eq!(pool.stats().in_use, 0);
+        assert_eq!(pool.shutdown(), Ok(2 - trimmed));
+        assert_eq!(pool.provider().destroys(), 2);
+    });
+}

@@ -497,3 +497,67 @@ fn debug_output_names_slot_and_signal() {
 
     assert_eq!(pool.stats().created, 64);
 }
+
+#[test]
+fn trim_destroys_the_idle_signals_beyond_keep_and_shutdown_the_rest() {
+    let pool = pool(64, 16);
+    let mut held: Vec<_> = (0..40).map(|_| take(&pool)).collect();
+    assert_eq!(pool.provider().creates(), 48);
+    held.truncate(10);
+    // 8 never handed out + 30 given back are free; 10 are out.
+    assert_eq!(pool.trim(4), 34);
+    assert_eq!(pool.provider().destroys(), 34);
+    let stats = pool.stats();
+    assert_eq!((stats.created, stats.in_use), (48, 10));
+    // The 4 kept are handed out; then the pool does not grow again.
+    held.extend((0..4).map(|_| take(&pool)));
+    assert!(pool.try_acquire().unwrap().is_none());
+    assert_eq!(pool.provider().creates(), 48);
+    // A signal given back is handed out again.
+    held.pop();
+    held.push(take(&pool));
+    for h in &held {
+        pool.provider().begin_use(h.raw());
+        pool.provider().end_use(h.raw());
+    }
+    assert_eq!(pool.shutdown(), Err(PoolError::InUse { outstanding: 14 }));
+    drop(held);
+    assert_eq!(pool.stats().in_use, 0);
+    assert_eq!(pool.shutdown(), Ok(14));
+    assert_eq!(pool.provider().destroys(), 48);
+}
+
+#[test]
+fn trim_while_other_threads_cycle_signals_destroys_only_idle_ones() {
+    let pool = pool(256, 32);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let barrier = Barrier::new(4);
+    thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                barrier.wait();
+                // One signal at a time (holding several while retrying could deadlock once
+                // the trimmed pool no longer grows), many in flight across the threads.
+                while !stop.load(Ordering::Relaxed) {
+                    let h = take_retrying(&pool);
+                    pool.provider().begin_use(h.raw());
+                    thread::yield_now();
+                    pool.provider().end_use(h.raw());
+                }
+            });
+        }
+        barrier.wait();
+        // Idle signals for trim to find.
+        let burst: Vec<_> = (0..100).map(|_| take_retrying(&pool)).collect();
+        drop(burst);
+        thread::sleep(Duration::from_millis(20));
+        assert!(pool.trim(8) > 0);
+        thread::sleep(Duration::from_millis(20));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let created = pool.stats().created;
+    let trimmed = pool.provider().destroys();
+    assert_eq!(pool.stats().in_use, 0);
+    assert_eq!(pool.shutdown(), Ok(created - trimmed as u32));
+    assert_eq!(pool.provider().destroys(), u64::from(created));
+}
