@@ -829,6 +829,19 @@ fn a_taken_output_name_leaves_the_earlier_files_alone_and_unreported() {
 
 /// The JSON output parsed, with its dispatch count checked against the CSV
 /// rows and the Perfetto trace validated: a whole trace, not a torn one.
+/// The `rprof` command said `wrote` for each of the run's three outputs.
+fn assert_all_reported_written(run: &Run) {
+    let written = run.reported_written();
+    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
+        let p = run.output(suffix).display().to_string();
+        assert!(
+            written.contains(&p),
+            "{p} not reported written; stderr:\n{}",
+            run.stderr
+        );
+    }
+}
+
 fn assert_whole_outputs(run: &Run) -> (Vec<Row>, serde_json::Value) {
     let rows = read_csv(&run.output("_kernel_trace.csv"));
     let json: serde_json::Value =
@@ -883,15 +896,7 @@ fn exit_while_other_threads_keep_launching_flushes_a_whole_trace() {
         rows.len()
     );
     assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
-    let written = run.reported_written();
-    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
-        let p = run.output(suffix).display().to_string();
-        assert!(
-            written.contains(&p),
-            "{p} not reported; stderr:\n{}",
-            run.stderr
-        );
-    }
+    assert_all_reported_written(&run);
     assert!(!run.stderr.contains("incomplete"), "{}", run.stderr);
 }
 
@@ -953,15 +958,7 @@ fn outputs_are_finished_and_reported_while_earlier_exit_handlers_run() {
     let rows = assert_complete_trace(&run);
     assert_eq!(rows.len(), 200);
     assert_whole_outputs(&run);
-    let written = run.reported_written();
-    for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
-        let p = run.output(suffix).display().to_string();
-        assert!(
-            written.contains(&p),
-            "{p} not reported written; stderr:\n{}",
-            run.stderr
-        );
-    }
+    assert_all_reported_written(&run);
     check_pftrace(&run.output(".pftrace"));
 }
 
@@ -1102,15 +1099,7 @@ fn sigterm_and_sigint_flush_the_trace_then_end_the_app_by_the_signal() {
         let (rows, json) = assert_whole_outputs(&run);
         assert_eq!(rows.len(), 90, "SIG{sig}");
         assert_eq!(json["metadata"]["records_lost"].as_u64(), Some(0));
-        let written = run.reported_written();
-        for suffix in [".pftrace", "_kernel_trace.csv", "_results.json"] {
-            let p = run.output(suffix).display().to_string();
-            assert!(
-                written.contains(&p),
-                "SIG{sig}: {p} not reported; {}",
-                run.stderr
-            );
-        }
+        assert_all_reported_written(&run);
     }
 }
 
