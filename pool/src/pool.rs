@@ -125,12 +125,6 @@ struct Growth {
     failure: Option<ProviderError>,
     /// `shutdown` destroyed the signals.
     closed: bool,
-    /// Signals `trim` destroyed (their slots hold 0 and their indices are nowhere). Mirrors
-    /// [`Counters::trimmed`].
-    trimmed: u32,
-    /// `trim` ran: the pool never grows again (also for a grower that passed the
-    /// `growth_over` check before it).
-    trim_ran: bool,
 }
 
 /// Statistics counters. The hot path writes none of them in steady state (only `high_water`
@@ -142,8 +136,9 @@ struct Counters {
     published: AtomicU32,
     /// Largest in-use count seen by `claim`.
     high_water: AtomicU32,
-    /// Signals `trim` destroyed (counted once their index left the free list: `in_use`
-    /// counts one as out meanwhile, as it does an acquire in flight).
+    /// Signals `trim` destroyed (their slots hold 0 and their indices are nowhere); written
+    /// only under the growth lock. Counted once their index left the free list: `in_use`
+    /// counts one as out meanwhile, as it does an acquire in flight.
     trimmed: AtomicU32,
     /// Free-list pushes that were not releases (growth, refused shutdowns):
     /// `resets = free.pushes() - extra_pushes`.
@@ -200,8 +195,6 @@ impl<P: SignalProvider> SignalPool<P> {
                 created: 0,
                 failure: None,
                 closed: false,
-                trimmed: 0,
-                trim_ran: false,
             }),
             closed: AtomicBool::new(false),
             counters: CachePadded::new(Counters::default()),
@@ -250,7 +243,7 @@ impl<P: SignalProvider> SignalPool<P> {
             return Err(PoolError::Closed);
         }
         // Signals `trim` destroyed are on no list: only the others are waited for.
-        let live = growth.created - growth.trimmed;
+        let live = growth.created - self.counters.trimmed.load(Ordering::Acquire);
         // Take every index off the free list: nobody can acquire them meanwhile, and the
         // growth lock keeps `created` and `trimmed` fixed. Shutdown is rare, so it may allocate.
         let mut drained = Vec::with_capacity(live as usize);
@@ -286,12 +279,11 @@ impl<P: SignalProvider> SignalPool<P> {
     /// slots are never refilled): acquirers then share the signals left, as when the capacity
     /// is reached. Returns how many signals it destroyed; handles out are never touched.
     pub fn trim(&self, keep: u32) -> u32 {
-        let mut growth = lock(&self.growth);
+        let growth = lock(&self.growth);
         if growth.closed {
             return 0;
         }
         // No growth from here on: `created` stays what it is, holes included.
-        growth.trim_ran = true;
         self.growth_over.store(true, Ordering::SeqCst);
         let mut destroyed = 0;
         while self.free.len() > keep as usize {
@@ -306,7 +298,7 @@ impl<P: SignalProvider> SignalPool<P> {
                 .destroy(RawSignal(slot.raw.swap(0, Ordering::Relaxed)));
             destroyed += 1;
         }
-        growth.trimmed += destroyed;
+        drop(growth);
         destroyed
     }
 
@@ -403,7 +395,9 @@ impl<P: SignalProvider> SignalPool<P> {
         if let Some(index) = self.free.pop() {
             return Ok(Some(index));
         }
-        if growth.failure.is_some() || growth.created == self.config.capacity || growth.trim_ran {
+        // Set only under this lock (a creation failure, the capacity reached, `trim`), so
+        // exact here, also for a grower that passed the check above before it was set.
+        if self.growth_over.load(Ordering::Acquire) {
             drop(growth);
             return self.no_growth();
         }

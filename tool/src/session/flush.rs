@@ -142,10 +142,7 @@ impl Session {
     /// caller returns only once the flush has ended.
     fn end_finish_if(&self, which: impl FnOnce(&Ending) -> bool) {
         let mut slot = lock(&self.ending);
-        if !slot.as_ref().is_some_and(which) {
-            return;
-        }
-        let Some(ending) = slot.take() else {
+        let Some(ending) = slot.take_if(|e| which(e)) else {
             return;
         };
         // `None`: no threads to stop; `Some(None)`: the writer is stuck.
