@@ -360,6 +360,15 @@ impl<S: DispatchSignal> Engine<S> {
         }
     }
 
+    /// Counts the calling app thread as lending its wait until the returned
+    /// guard drops: it calls [`Engine::lend_completion`] between slices of
+    /// the wait, so the completion thread leaves its passes to it (see
+    /// [`EngineOptions::lender_nap`](super::EngineOptions::lender_nap)).
+    pub fn lending(&self) -> Lending<'_, S> {
+        self.lenders.fetch_add(1, Ordering::SeqCst);
+        Lending(self)
+    }
+
     /// Retires finished dispatches on the calling thread, in the completion
     /// thread's place, if its state is free (never waits for it): an
     /// application thread that spins on the device lends its time, so the
@@ -375,6 +384,10 @@ impl<S: DispatchSignal> Engine<S> {
         if stopping() || self.records.len() * 2 >= self.records.capacity() {
             return 0;
         }
+        // The completion thread may sleep while this thread lends: keep the
+        // interceptor's fast clock fitted in its place (a few loads when not
+        // due; a concurrent fit returns at once).
+        rprof_abi::clock::calibrate_fast_clock();
         let done = self.with_job_here(|job| {
             // Shutdown may have begun while the state was taken.
             if stopping() {
@@ -655,15 +668,21 @@ impl<S: DispatchSignal> Engine<S> {
                 return;
             }
             // An interceptor waits for ring space or signals: look again at
-            // once. Otherwise let completions accumulate (RETIRE_BATCH):
+            // once. Otherwise, while an app thread lends, leave the passes
+            // to it; else let completions accumulate (RETIRE_BATCH):
             // timestamps do not depend on when they are read, and nobody but
             // rprof waits on these signals.
-            if !self.urgent.swap(false, Ordering::AcqRel) {
-                let nap = flow_nap(&mut idle.flowing, scan.done);
-                sleeper.sleep(SleepKind::Backoff, nap, || {
-                    self.urgent.load(Ordering::Acquire)
-                });
+            if self.urgent.swap(false, Ordering::AcqRel) {
+                return;
             }
+            if self.lenders_cover() {
+                self.sleep_while_lent(sleeper);
+                return;
+            }
+            let nap = flow_nap(&mut idle.flowing, scan.done);
+            sleeper.sleep(SleepKind::Backoff, nap, || {
+                self.urgent.load(Ordering::Acquire)
+            });
         } else if nothing_tracked {
             sleeper.sleep(SleepKind::Parked, PARK_TIMEOUT, || {
                 !self.pending.is_empty()
@@ -680,11 +699,36 @@ impl<S: DispatchSignal> Engine<S> {
             sleeper.pause(SERIAL_PACE, idle.serial_idle, SleepKind::Backoff, || {
                 !self.pending.is_empty() || !self.copies.is_empty()
             });
+        } else if self.lenders_cover() {
+            self.sleep_while_lent(sleeper);
         } else {
             sleeper.sleep(SleepKind::Backoff, idle.backoff.step(), || {
                 self.urgent.load(Ordering::Acquire)
             });
         }
+    }
+
+    /// Whether an app thread in a lending wait makes this thread's passes
+    /// (what [`Engine::lend_completion`] does while it may): then this
+    /// thread's own passes, on a timer, would only take a core from the
+    /// app's other threads or, on the emulated GPU, from the command
+    /// processor (on the 6.4 mix they delayed it 28 times a run, ~50 µs
+    /// each).
+    fn lenders_cover(&self) -> bool {
+        !self.options.serialize
+            && self.lenders.load(Ordering::SeqCst) > 0
+            && self.state.load(Ordering::Acquire) < STOP_COMPLETION
+            && self.lend_room() > 0
+    }
+
+    /// Sleeps while lenders make the passes: up to `lender_nap`, woken by an
+    /// interceptor that waits for this thread, a traced copy (which only
+    /// this thread polls), shutdown, or the last lender leaving
+    /// ([`Lending`]'s drop).
+    fn sleep_while_lent(&self, sleeper: &Sleeper<'_>) {
+        sleeper.sleep(SleepKind::Backoff, self.options.lender_nap, || {
+            self.urgent.load(Ordering::Acquire) || !self.lenders_cover()
+        });
     }
 
     /// Drops a dispatch whose queue was destroyed before it finished: its
@@ -828,5 +872,23 @@ mod tests {
             .map(|_| flow_nap(&mut nap, 4 * RETIRE_BATCH))
             .collect();
         assert_eq!(naps, [500, 250, 125, 100, 100].map(us));
+    }
+}
+
+/// An app thread in a lending wait ([`Engine::lending`]). The last one to
+/// leave wakes the completion thread if it sleeps: its passes are its own
+/// again.
+#[derive(Debug)]
+pub struct Lending<'a, S>(&'a Engine<S>);
+
+impl<S> Drop for Lending<'_, S> {
+    fn drop(&mut self) {
+        // SeqCst against the sleeper's announce-then-check: either it sees
+        // no lender left, or this sees it asleep.
+        if self.0.lenders.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.completion_wake.is_sleeping()
+        {
+            self.0.completion_wake.notify();
+        }
     }
 }

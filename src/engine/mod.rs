@@ -80,13 +80,14 @@ mod inflight;
 mod ring;
 mod writer;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
 pub use batch::{PacketBatch, BATCH_INLINE_DISPATCHES, BATCH_INLINE_PACKETS};
+pub use completion::Lending;
 pub use copies::CopyInFlight;
 pub use ids::{boottime_ns, current_thread_id, fast_boottime_ns, IdAllocator, IdRange};
 pub use inflight::{CallSummary, GateState, InFlight, QueueContext, SerialGate};
@@ -170,6 +171,9 @@ pub struct EngineOptions {
     /// Longest sleep of the completion thread while dispatches are in flight
     /// and none completes.
     pub max_backoff: Duration,
+    /// Longest sleep of the completion thread while an app thread lends its
+    /// wait ([`Engine::lending`]) and makes the passes in its place.
+    pub lender_nap: Duration,
     /// `--serialize-kernels`: at most one traced kernel at a time per agent.
     pub serialize: bool,
     /// Forward the app's completion signal from the completion thread
@@ -188,6 +192,7 @@ impl Default for EngineOptions {
             pool_wait: Duration::from_secs(10),
             min_backoff: Duration::from_micros(100),
             max_backoff: Duration::from_millis(1),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: false,
         }
@@ -235,6 +240,9 @@ pub struct Engine<S> {
     completion_wake: WakePoint,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,
+    /// App threads in a lending wait ([`Engine::lending`]): while there is
+    /// one, the completion thread leaves its passes to it.
+    lenders: AtomicU32,
     /// Where interceptors sleep while they wait for ring space; the
     /// completion thread wakes them when a waiting queue's slots fall to
     /// its waiters' target (`ring`).
@@ -367,6 +375,7 @@ impl<S: DispatchSignal> Engine<S> {
             records: ArrayQueue::new(options.record_queue.max(2)),
             completion_wake: WakePoint::new(),
             urgent: AtomicBool::new(false),
+            lenders: AtomicU32::new(0),
             ring_space: Broadcast::new(),
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),

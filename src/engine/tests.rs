@@ -343,6 +343,7 @@ impl Harness {
                 pool_wait: Duration::from_secs(20),
                 min_backoff: Duration::from_micros(50),
                 max_backoff: Duration::from_micros(500),
+                lender_nap: Duration::from_millis(20),
                 serialize: false,
                 host_forwarding: false,
             },
@@ -441,6 +442,7 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: false,
         },
@@ -489,6 +491,7 @@ fn a_hand_off_queue_smaller_than_the_pool_loses_nothing() {
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: false,
         },
@@ -733,6 +736,7 @@ fn engine_waiting_30_ms(handoff_queue: usize) -> Engine<FakeSignal> {
         pool_wait: Duration::from_millis(30),
         min_backoff: Duration::from_micros(100),
         max_backoff: Duration::from_millis(1),
+        lender_nap: Duration::from_millis(20),
         serialize: false,
         host_forwarding: false,
     })
@@ -910,6 +914,7 @@ fn three_queues_of_kernels(
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize,
             host_forwarding: false,
         },
@@ -988,6 +993,7 @@ fn a_dead_writer_thread_never_stalls_the_app() {
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(50),
         max_backoff: Duration::from_micros(500),
+        lender_nap: Duration::from_millis(20),
         serialize: false,
         host_forwarding: false,
     }));
@@ -1049,6 +1055,7 @@ fn host_forwarding_completes_the_app_signal_without_a_barrier() {
             pool_wait: Duration::from_secs(20),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: true,
         },
@@ -1141,6 +1148,7 @@ fn serial_options(serialize: bool) -> EngineOptions {
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(50),
         max_backoff: Duration::from_micros(500),
+        lender_nap: Duration::from_millis(20),
         serialize,
         host_forwarding: false,
     }
@@ -1471,6 +1479,7 @@ fn ring_guard_harness(pool_wait: Duration) -> Harness {
             pool_wait,
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: false,
         },
@@ -1773,6 +1782,7 @@ fn a_stuck_writer_never_hangs_the_app_or_the_teardown() {
         pool_wait: Duration::from_secs(1),
         min_backoff: Duration::from_micros(50),
         max_backoff: Duration::from_micros(500),
+        lender_nap: Duration::from_millis(20),
         serialize: false,
         host_forwarding: false,
     }));
@@ -1843,6 +1853,7 @@ fn the_flush_waits_for_a_slow_writer_and_gives_up_on_a_stuck_one() {
             pool_wait: Duration::from_secs(1),
             min_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
             serialize: false,
             host_forwarding: false,
         }));
@@ -2013,6 +2024,7 @@ fn the_hot_paths_allocate_nothing_per_dispatch_over_100k_dispatches() {
         pool_wait: Duration::from_secs(20),
         min_backoff: Duration::from_micros(20),
         max_backoff: Duration::from_micros(200),
+        lender_nap: Duration::from_millis(20),
         serialize: false,
         host_forwarding: false,
     }));
@@ -3213,6 +3225,7 @@ fn a_lending_app_thread_retires_the_finished_dispatches() {
             record_queue: 1024,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(1),
+            lender_nap: Duration::from_millis(20),
             ..EngineOptions::default()
         },
         Names::default(),
@@ -3257,6 +3270,146 @@ fn a_lending_app_thread_retires_the_finished_dispatches() {
         retired * 10 >= CALLS * 9,
         "the app thread retired {retired} of {CALLS} dispatches while it lent"
     );
+}
+
+/// Options where the completion thread polls often, but sleeps far longer
+/// than any of these tests waits while an app thread lends
+/// (`lender_nap`).
+fn lender_nap_options(pool: usize) -> EngineOptions {
+    EngineOptions {
+        max_in_flight: pool,
+        handoff_queue: pool,
+        record_queue: 1024,
+        pool_wait: Duration::from_secs(20),
+        min_backoff: Duration::from_micros(50),
+        max_backoff: Duration::from_micros(500),
+        lender_nap: Duration::from_secs(60),
+        ..EngineOptions::default()
+    }
+}
+
+/// While an app thread lends its wait, the completion thread makes no
+/// passes of its own (on the emulated GPU they took the command
+/// processor's core): finished dispatches wait for the lender. When the
+/// last lender leaves, the thread is woken and retires them at once.
+#[test]
+fn the_completion_thread_leaves_its_passes_to_a_lender_until_it_leaves() {
+    let h = Harness::with_options(lender_nap_options(64), Names::default());
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    let lending = h.engine.lending();
+    // Kernels of 100 ms: the thread, woken by the first launch, finds
+    // nothing finished, and sleeps while the lender is there.
+    h.device.kernel_ns.store(100_000_000, Ordering::SeqCst);
+    for n in 0..3u64 {
+        h.submit(&q, &[kernel_packet(0x1000 * (n + 1), 0)]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        h.engine.in_flight(),
+        3,
+        "the completion thread retired dispatches while an app thread lent"
+    );
+    let left = Instant::now();
+    drop(lending);
+    let deadline = left + Duration::from_secs(10);
+    while h.engine.in_flight() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(h.engine.in_flight(), 0, "not woken when the lender left");
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 3);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(got.dispatches.len(), 3);
+}
+
+/// An interceptor's call for a pass at once (`poll_now`) is answered while
+/// an app thread lends, and then the thread sleeps again: it does not keep
+/// passing while the lender is there.
+#[test]
+fn after_an_urgent_pass_the_thread_sleeps_again_while_a_lender_stands_in() {
+    let h = Harness::with_options(lender_nap_options(64), Names::default());
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    let lending = h.engine.lending();
+    h.device.kernel_ns.store(10_000_000, Ordering::SeqCst);
+    for n in 0..3u64 {
+        h.submit(&q, &[kernel_packet(0x1000 * (n + 1), 0)]);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // A fourth still running after the urgent pass: the thread tracks it.
+    h.device.kernel_ns.store(1_000_000_000, Ordering::SeqCst);
+    h.submit(&q, &[kernel_packet(0x4000, 0)]);
+    h.engine.poll_now();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.engine.in_flight() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(h.engine.in_flight(), 1, "the urgent pass did not come");
+    let before = h.engine.completion_passes.load(Ordering::Acquire);
+    std::thread::sleep(Duration::from_millis(200));
+    let passes = h.engine.completion_passes.load(Ordering::Acquire) - before;
+    assert!(
+        passes < 10,
+        "{passes} passes in 200 ms while a lender stood in"
+    );
+    drop(lending);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 4);
+    assert_eq!(got.dispatches.len(), 4);
+}
+
+/// An interceptor that waits for a signal wakes the completion thread
+/// even while an app thread lends (and lends nothing): 64 dispatches
+/// through a pool of 8 signals, every one traced, long before the
+/// thread's nap would end.
+#[test]
+fn an_interceptor_short_of_signals_wakes_the_thread_a_lender_stands_in_for() {
+    let h = Harness::with_options(lender_nap_options(8), Names::default());
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    let _lending = h.engine.lending();
+    let t0 = Instant::now();
+    for n in 0..64u64 {
+        h.submit(&q, &[kernel_packet(0x1000 * (n % 5 + 1), 0)]);
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the interceptors waited {:?} for signals",
+        t0.elapsed()
+    );
+    drop(_lending);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 64);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(got.dispatches.len(), 64);
+}
+
+/// A traced copy wakes the completion thread even while an app thread
+/// lends: only that thread polls copies and gives the app its signal.
+#[test]
+fn a_copy_is_completed_while_a_lender_stands_in_for_the_thread() {
+    let h = Harness::with_options(lender_nap_options(8), Names::default());
+    let q = Arc::new(QueueContext::new(100, 0, 0));
+    let lending = h.engine.lending();
+    // A kernel still running: the thread tracks it and sleeps while the
+    // lender is there.
+    h.device.kernel_ns.store(500_000_000, Ordering::SeqCst);
+    h.submit(&q, &[kernel_packet(0x1000, 0)]);
+    std::thread::sleep(Duration::from_millis(50));
+    let app = 2600u64;
+    h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+    let signal = h.copy(app, h2d(64));
+    h.finish_copy(signal, 10, 20);
+    let t0 = Instant::now();
+    h.wait_value(app, 0);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the copy's signal came after {:?}",
+        t0.elapsed()
+    );
+    drop(lending);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.memory_copies, 1);
+    assert_eq!(outcome.metadata.dispatches, 1);
+    assert_eq!(got.copies.len(), 1);
 }
 
 /// Under `--serialize-kernels` the grants are the completion thread's

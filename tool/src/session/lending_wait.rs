@@ -146,6 +146,8 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
         return unsafe { original(signal, condition, compare, timeout_hint, wait_state) };
     };
     let backend = RocrBackend::new(session.rt);
+    // While it lends, the completion thread leaves its passes to it.
+    let _lending = session.engine.lending();
     sliced_wait(
         // SAFETY: the runtime's own wait with the app's arguments, but a
         // slice's timeout (the app asked for none).
