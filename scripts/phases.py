@@ -11,6 +11,9 @@ first mode of each round moves on by one), each run with the emulated GPU's even
   kph    first kernel to the last kernel's end (the kernel phase); idle: the device idle in it
          (waiting for work); late: how late the emulated command processor retired kernels (it
          had no core when it needed one)
+  gap1   the device's idle gap before the second kernel, when it is among the 8 longest (with HIP:
+         from its own first kernel to the app's first, its start-up, which varies by milliseconds
+         from run to run); kph1: the kernel phase without it
   exit   the last kernel's end to the emulator's exit report
   post   the report to the process being reaped (the runtime's teardown, the process's exit)
 
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import time
 
-PHASES = ["wall", "pre", "start", "kph", "idle", "late", "exit", "post"]
+PHASES = ["wall", "pre", "start", "kph", "gap1", "kph1", "idle", "late", "exit", "post"]
 
 
 def parse_mode(text):
@@ -73,7 +76,13 @@ def run_once(mode, runtime, app, env, out_dir):
             r[k] = int(v)
     os.unlink(report)
     ms = 1e-6
+    gap1 = next(
+        (r[f"idle_gap_{i}_ns"] for i in range(1, 9) if r.get(f"idle_gap_{i}_before_kernel") == 1),
+        0,
+    )
     return {
+        "gap1": gap1 * ms,
+        "kph1": (r["first_to_last_kernel_ns"] - gap1) * ms,
         "wall": (t1 - t0) * ms,
         "pre": (r["loaded_at_ns"] - t0) * ms,
         "start": r["loaded_to_first_kernel_ns"] * ms,
