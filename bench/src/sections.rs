@@ -130,6 +130,25 @@ pub fn host_time(o: &Options, w: &Workloads, report: &mut String) -> Result<(), 
         "\n[host time per dispatch, {n} dispatches in bursts of 64]\n  untraced p50 {mu:.0} ns (p99 {u99:.0})\n  traced   p50 {mt:.0} ns (p99 {t99:.0})\n  added    p50 {:.0} ns   (target <= 300 ns)",
         mt - mu
     );
+    // The same loop with rprof passing every packet through untouched
+    // (intercept queues, no tracing): what the runtime's intercept queue
+    // costs by itself, so the rest is rprof's own work.
+    let q = pair(
+        o,
+        "enqueue-passthrough",
+        &[("RPROF_INTERCEPT_PASSTHROUGH", "1")],
+        &[&w.dispatch_bench, "enqueue", n, &w.code_object],
+    )?;
+    let (qu, qt) = (
+        figure(&q.a, "enqueue_p50_ns")?,
+        figure(&q.b, "enqueue_p50_ns")?,
+    );
+    let _ = writeln!(
+        report,
+        "  of which the runtime's intercept queue alone (rprof passing every packet through, RPROF_INTERCEPT_PASSTHROUGH=1; its own pairs: untraced {qu:.0}, passed through {qt:.0} ns): p50 {:.0} ns; rprof's own part: {:.0} ns",
+        qt - qu,
+        mt - mu - (qt - qu)
+    );
     let (eu, et) = (figure(&p.a, "emu_events")?, figure(&p.b, "emu_events")?);
     let _ = writeln!(
         report,
