@@ -3365,7 +3365,7 @@ fn after_an_urgent_pass_the_thread_sleeps_again_while_a_lender_stands_in() {
 fn an_interceptor_short_of_signals_wakes_the_thread_a_lender_stands_in_for() {
     let h = Harness::with_options(lender_nap_options(8), Names::default());
     let q = Arc::new(QueueContext::new(100, 0, 0));
-    let _lending = h.engine.lending();
+    let lending = h.engine.lending();
     let t0 = Instant::now();
     for n in 0..64u64 {
         h.submit(&q, &[kernel_packet(0x1000 * (n % 5 + 1), 0)]);
@@ -3375,7 +3375,7 @@ fn an_interceptor_short_of_signals_wakes_the_thread_a_lender_stands_in_for() {
         "the interceptors waited {:?} for signals",
         t0.elapsed()
     );
-    drop(_lending);
+    drop(lending);
     let (outcome, got, _) = h.finish();
     assert_eq!(outcome.metadata.dispatches, 64);
     assert_eq!(outcome.metadata.records_lost, 0);
