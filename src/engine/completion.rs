@@ -374,14 +374,13 @@ impl<S: DispatchSignal> Engine<S> {
     /// application thread that spins on the device lends its time, so the
     /// completion thread takes none from the app's other threads (nor, on
     /// the emulated GPU, from the command processor). At most `max`
-    /// dispatches, and only while the record queue is less than half full
-    /// (a lender never waits for room in it). Returns how many it retired
+    /// dispatches, and no more than the record queue's free half takes (a lender never
+    /// waits for room in it). Returns how many it retired
     /// (0: none finished, the completion thread busy or not running). Not
     /// under `--serialize-kernels`, whose grants are the thread's alone,
     /// nor once shutdown began (the thread settles what is left).
     pub fn lend_completion(&self, backend: &dyn CompletionBackend, max: usize) -> usize {
-        let stopping = || self.state.load(Ordering::Acquire) >= STOP_COMPLETION;
-        if stopping() || self.records.len() * 2 >= self.records.capacity() {
+        if self.lend_retire_room() == 0 {
             return 0;
         }
         // The completion thread may sleep while this thread lends: keep the
@@ -390,13 +389,10 @@ impl<S: DispatchSignal> Engine<S> {
         rprof_abi::clock::calibrate_fast_clock();
         let done = self.with_job_here(|job| {
             // Shutdown may have begun while the state was taken.
-            if stopping() {
+            let max = max.min(self.lend_retire_room());
+            if max == 0 {
                 return 0;
             }
-            // Each entry taken and each dispatch retired may queue one
-            // record: together they fit the room, so a lender never waits
-            // for the writer.
-            let max = max.min(self.lend_room() / 2);
             self.pass(backend, job, None, max, max).done
         });
         let done = done.unwrap_or(0);
@@ -439,6 +435,20 @@ impl<S: DispatchSignal> Engine<S> {
             self.lend_writer(taken);
         }
         taken
+    }
+
+    /// How many finished dispatches a lender may retire now: none under
+    /// `--serialize-kernels` (the grants are the completion thread's) or
+    /// once shutdown began (the thread settles what is left), else what the
+    /// record queue's free half takes, each entry taken and each dispatch
+    /// retired queuing up to one record, so a lender never waits for the
+    /// writer. The completion thread defers to lenders only while this is
+    /// not 0 ([`Engine::lenders_cover`]).
+    fn lend_retire_room(&self) -> usize {
+        if self.options.serialize || self.state.load(Ordering::Acquire) >= STOP_COMPLETION {
+            return 0;
+        }
+        self.lend_room() / 2
     }
 
     /// Records a thread other than the completion thread may queue without
@@ -715,10 +725,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// processor (on the 6.4 mix they delayed it 28 times a run, ~50 µs
     /// each).
     fn lenders_cover(&self) -> bool {
-        !self.options.serialize
-            && self.lenders.load(Ordering::SeqCst) > 0
-            && self.state.load(Ordering::Acquire) < STOP_COMPLETION
-            && self.lend_room() > 0
+        self.lenders.load(Ordering::SeqCst) > 0 && self.lend_retire_room() > 0
     }
 
     /// Sleeps while lenders make the passes: up to `lender_nap`, woken by an
