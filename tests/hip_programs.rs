@@ -162,6 +162,56 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
     summary(label, &run, &f);
 }
 
+/// At exit, rprof destroys the idle timestamp signals (all but one batch of
+/// 256) beside the app's teardown only where the runtime's unload closes
+/// the pool afterwards (ROCr >= 6): on 5.2.3 the pool stays open to the
+/// end, and destroying signals would only take time from the exit. Where
+/// HIP unloads the runtime at exit (HIP 6.4.3), the unload destroys the
+/// batch kept, so every signal the pool created is destroyed exactly once.
+#[test]
+fn the_exit_destroys_idle_signals_only_where_the_unload_closes_the_pool() {
+    let label = "exit_trim_256x2";
+    let prog = hip_program("graph_storm");
+    let run = run_traced(
+        label,
+        &["-o", label],
+        &prog,
+        &["256", "2"],
+        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
+    );
+    run.assert_success();
+    let count_before = |tail: &str| -> Option<u64> {
+        let head = run.stderr.split(tail).next()?;
+        (head.len() < run.stderr.len())
+            .then(|| head.rsplit(' ').next()?.parse().ok())
+            .flatten()
+    };
+    let created = count_before(" created, high water")
+        .unwrap_or_else(|| panic!("{label}: no pool size in:\n{}", run.stderr));
+    let count_after = |head: &str| -> Option<u64> {
+        let (_, tail) = run.stderr.split_once(head)?;
+        tail.split(' ').next()?.parse().ok()
+    };
+    let at_exit = count_after("rprof: exit: ");
+    let at_unload = count_after("rprof: unload: ");
+    // 512 dispatches on the device at once: the pool grew to at least that.
+    assert!(created >= 512, "{label}: {created} signals created");
+    let (want_exit, want_unload) = match Runtime::selected() {
+        Runtime::Rocm52 => (None, None),
+        Runtime::Rocm61 => (Some(created - 256), None),
+        Runtime::Rocm64 | Runtime::Rocm70 => (Some(created - 256), Some(256)),
+    };
+    assert_eq!(
+        (at_exit, at_unload),
+        (want_exit, want_unload),
+        "{label}: signals destroyed at exit and at unload, of {created}:\n{}",
+        run.stderr
+    );
+    let report = single_report(&run);
+    let f = check_outputs(&run.dir, label, &report);
+    assert_eq!(f.program_dispatches(), 256 * 2);
+}
+
 /// Fork/join across 4 streams with hipStreamWaitEvent, 50 rounds. All
 /// launches come from one thread, so dispatch ids follow program order:
 /// produce, 3 x consume, reduce per round. The event dependencies must show
