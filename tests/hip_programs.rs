@@ -123,6 +123,27 @@ fn graph_storm_default_51200() {
     check_graph_order(&f, 256, 200);
 }
 
+/// `graph_storm 256 2` traced as `-o LABEL` with 200 µs kernels (the app
+/// waits ~100 ms for the device) and `RPROF_VERBOSE` (the flush's summary
+/// on stderr); the run succeeded.
+fn storm_256x2_verbose(label: &str) -> harness::Run {
+    let run = run_traced(
+        label,
+        &["-o", label],
+        &hip_program("graph_storm"),
+        &["256", "2"],
+        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
+    );
+    run.assert_success();
+    run
+}
+
+/// The number written right before the first `tail` in `text`.
+fn count_before(text: &str, tail: &str) -> Option<u64> {
+    let (head, _) = text.split_once(tail)?;
+    head.rsplit(' ').next()?.parse().ok()
+}
+
 /// HIP synchronises by spinning in the runtime's wait: while it waits for
 /// the device, the app's thread writes the records in the writer's place
 /// (`tool/src/session/lending_wait.rs`), and every output still holds each
@@ -133,22 +154,8 @@ fn graph_storm_default_51200() {
 #[test]
 fn the_apps_spinning_wait_writes_records_and_loses_none() {
     let label = "lending_wait_256x2";
-    let prog = hip_program("graph_storm");
-    let run = run_traced(
-        label,
-        &["-o", label],
-        &prog,
-        &["256", "2"],
-        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
-    );
-    run.assert_success();
-    let lent: u64 = run
-        .stderr
-        .split(" records written by waiting app threads")
-        .next()
-        .filter(|head| head.len() < run.stderr.len())
-        .and_then(|head| head.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
+    let run = storm_256x2_verbose(label);
+    let lent = count_before(&run.stderr, " records written by waiting app threads")
         .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
     assert!(
         lent > 0,
@@ -171,22 +178,8 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
 #[test]
 fn the_exit_destroys_idle_signals_only_where_the_unload_closes_the_pool() {
     let label = "exit_trim_256x2";
-    let prog = hip_program("graph_storm");
-    let run = run_traced(
-        label,
-        &["-o", label],
-        &prog,
-        &["256", "2"],
-        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
-    );
-    run.assert_success();
-    let count_before = |tail: &str| -> Option<u64> {
-        let head = run.stderr.split(tail).next()?;
-        (head.len() < run.stderr.len())
-            .then(|| head.rsplit(' ').next()?.parse().ok())
-            .flatten()
-    };
-    let created = count_before(" created, high water")
+    let run = storm_256x2_verbose(label);
+    let created = count_before(&run.stderr, " created, high water")
         .unwrap_or_else(|| panic!("{label}: no pool size in:\n{}", run.stderr));
     let count_after = |head: &str| -> Option<u64> {
         let (_, tail) = run.stderr.split_once(head)?;
