@@ -76,6 +76,16 @@ pub struct Pair {
     pub b: Vec<RunResult>,
 }
 
+impl Pair {
+    /// The median of the figure `key` in each mode: (first, second).
+    pub fn figures(&self, key: &str) -> Result<(f64, f64), Error> {
+        Ok((
+            crate::stats::figure(&self.a, key)?,
+            crate::stats::figure(&self.b, key)?,
+        ))
+    }
+}
+
 /// One run of `app` under `rprof --device emulated MODE`; an empty `mode`
 /// is the untraced run.
 pub fn run(

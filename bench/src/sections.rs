@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::cli::{Options, Section};
 use crate::run::{pair, pair_modes, rotate, RunResult, TRACED, UNTRACED};
-use crate::stats::{figure, median, median_ci95, median_of, range, rss_delta_mib, wall_ratios};
+use crate::stats::{median, median_ci95, median_of, range, rss_delta_mib, wall_ratios};
 use crate::Error;
 
 /// The workloads scripts/bench.sh builds, as arguments.
@@ -117,14 +117,8 @@ pub fn host_time(o: &Options, w: &Workloads, report: &mut String) -> Result<(), 
         &[],
         &[&w.dispatch_bench, "enqueue", n, &w.code_object],
     )?;
-    let (mu, mt) = (
-        figure(&p.a, "enqueue_p50_ns")?,
-        figure(&p.b, "enqueue_p50_ns")?,
-    );
-    let (u99, t99) = (
-        figure(&p.a, "enqueue_p99_ns")?,
-        figure(&p.b, "enqueue_p99_ns")?,
-    );
+    let (mu, mt) = p.figures("enqueue_p50_ns")?;
+    let (u99, t99) = p.figures("enqueue_p99_ns")?;
     let _ = writeln!(
         report,
         "\n[host time per dispatch, {n} dispatches in bursts of 64]\n  untraced p50 {mu:.0} ns (p99 {u99:.0})\n  traced   p50 {mt:.0} ns (p99 {t99:.0})\n  added    p50 {:.0} ns   (target <= 300 ns)",
@@ -139,17 +133,14 @@ pub fn host_time(o: &Options, w: &Workloads, report: &mut String) -> Result<(), 
         &[("RPROF_INTERCEPT_PASSTHROUGH", "1")],
         &[&w.dispatch_bench, "enqueue", n, &w.code_object],
     )?;
-    let (qu, qt) = (
-        figure(&q.a, "enqueue_p50_ns")?,
-        figure(&q.b, "enqueue_p50_ns")?,
-    );
+    let (qu, qt) = q.figures("enqueue_p50_ns")?;
     let _ = writeln!(
         report,
         "  of which the runtime's intercept queue alone (rprof passing every packet through, RPROF_INTERCEPT_PASSTHROUGH=1; its own pairs: untraced {qu:.0}, passed through {qt:.0} ns): p50 {:.0} ns; rprof's own part: {:.0} ns",
         qt - qu,
         mt - mu - (qt - qu)
     );
-    let (eu, et) = (figure(&p.a, "emu_events")?, figure(&p.b, "emu_events")?);
+    let (eu, et) = p.figures("emu_events")?;
     let _ = writeln!(
         report,
         "  driver events live at exit: untraced {eu:.0}, traced {et:.0} (rprof's share: {:.0}; target <= 256)",
@@ -167,14 +158,8 @@ pub fn roundtrip(o: &Options, w: &Workloads, report: &mut String) -> Result<(), 
         &[],
         &[&w.dispatch_bench, "roundtrip", n, &w.code_object],
     )?;
-    let (u50, t50) = (
-        figure(&p.a, "roundtrip_p50_ns")?,
-        figure(&p.b, "roundtrip_p50_ns")?,
-    );
-    let (u99, t99) = (
-        figure(&p.a, "roundtrip_p99_ns")?,
-        figure(&p.b, "roundtrip_p99_ns")?,
-    );
+    let (u50, t50) = p.figures("roundtrip_p50_ns")?;
+    let (u99, t99) = p.figures("roundtrip_p99_ns")?;
     let _ = writeln!(
         report,
         "\n[enqueue-to-completion seen by the app, {n} single dispatches, ACTIVE wait]\n  untraced p50 {u50:.0} ns  p99 {u99:.0} ns\n  traced   p50 {t50:.0} ns  p99 {t99:.0} ns\n  added    p50 {:.0} ns  p99 {:.0} ns   (targets: p50 <= 20000, p99 <= 200000)",
@@ -358,10 +343,8 @@ pub fn memory(o: &Options, w: &Workloads, report: &mut String) -> Result<(), Err
             &[&w.dispatch_bench, "enqueue", n, &w.code_object],
         )?;
         // The app's own peak (VmHWM, printed by dispatch_bench at exit).
-        let (um, tm) = (
-            figure(&p.a, "vmhwm_kb")? / 1024.0,
-            figure(&p.b, "vmhwm_kb")? / 1024.0,
-        );
+        let (um, tm) = p.figures("vmhwm_kb")?;
+        let (um, tm) = (um / 1024.0, tm / 1024.0);
         let traced_s = median_of(&p.b, |r| r.wall_s);
         let _ = writeln!(
             report,
