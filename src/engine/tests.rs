@@ -3225,7 +3225,6 @@ fn a_lending_app_thread_retires_the_finished_dispatches() {
             record_queue: 1024,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(1),
-            lender_nap: Duration::from_millis(20),
             ..EngineOptions::default()
         },
         Names::default(),
