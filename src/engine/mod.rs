@@ -85,6 +85,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
 
 pub use batch::{PacketBatch, BATCH_INLINE_DISPATCHES, BATCH_INLINE_PACKETS};
 pub use completion::Lending;
@@ -233,11 +234,14 @@ pub struct EngineCounters {
 #[derive(Debug)]
 pub struct Engine<S> {
     options: EngineOptions,
-    ids: IdAllocator,
+    /// Each interceptor call reserves its ids here.
+    ids: CachePadded<IdAllocator>,
     pending: ArrayQueue<InFlight<S>>,
-    in_flight: AtomicU64,
+    /// Added to by every interceptor call, taken from at every retirement.
+    in_flight: CachePadded<AtomicU64>,
     records: ArrayQueue<Record>,
-    completion_wake: WakePoint,
+    /// Read by every interceptor call (is the thread parked?).
+    completion_wake: CachePadded<WakePoint>,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,
     /// App threads in a lending wait ([`Engine::lending`]): while there is
@@ -254,20 +258,22 @@ pub struct Engine<S> {
     /// Passes over the in-flight dispatches, by the completion thread or a
     /// lender (read by an interceptor that waits for ring space: a stall
     /// only counts against the device while someone keeps looking).
-    completion_passes: AtomicU64,
+    completion_passes: CachePadded<AtomicU64>,
     /// The completion thread's tracked dispatches while
     /// [`Engine::run_completion`] runs (`None` before and after): the
     /// thread and a lending app thread ([`Engine::lend_completion`]) each
     /// only try the lock, and make a pass under it.
     completion_job: Mutex<Option<completion::CompletionJob<S>>>,
     writer_wake: WakePoint,
-    counters: EngineCounters,
-    state: AtomicU8,
+    /// `completed` moves at every retirement.
+    counters: CachePadded<EngineCounters>,
+    /// Read by every interceptor call.
+    state: CachePadded<AtomicU8>,
     /// Reusable storage for batches larger than the inline capacities.
     spares: ArrayQueue<SpareStorage<S>>,
     /// Interceptor calls that passed the tracing check and may still add
     /// recorded dispatches; shutdown waits for them (bounded).
-    recording_calls: AtomicU64,
+    recording_calls: CachePadded<AtomicU64>,
     /// After recording stops, the completion thread keeps recycling the
     /// signals and ring slots of dispatches submitted later, so the ring
     /// guard goes on (the at-exit flush while app threads keep launching).
@@ -369,23 +375,23 @@ impl<S: DispatchSignal> Engine<S> {
     /// [`Engine::run_writer`] on threads of their own.
     pub fn new(options: EngineOptions) -> Self {
         Engine {
-            ids: IdAllocator::new(options.pid),
+            ids: CachePadded::new(IdAllocator::new(options.pid)),
             pending: ArrayQueue::new(options.handoff_queue.min(options.max_in_flight).max(1)),
-            in_flight: AtomicU64::new(0),
+            in_flight: CachePadded::new(AtomicU64::new(0)),
             records: ArrayQueue::new(options.record_queue.max(2)),
-            completion_wake: WakePoint::new(),
+            completion_wake: CachePadded::new(WakePoint::new()),
             urgent: AtomicBool::new(false),
             lenders: AtomicU32::new(0),
             ring_space: Broadcast::new(),
             writer_gone: AtomicBool::new(false),
             completion_gone: AtomicBool::new(false),
-            completion_passes: AtomicU64::new(0),
+            completion_passes: CachePadded::new(AtomicU64::new(0)),
             completion_job: Mutex::new(None),
             writer_wake: WakePoint::new(),
-            counters: EngineCounters::default(),
-            state: AtomicU8::new(RUNNING),
+            counters: CachePadded::new(EngineCounters::default()),
+            state: CachePadded::new(AtomicU8::new(RUNNING)),
             spares: ArrayQueue::new(SPARE_BATCHES),
-            recording_calls: AtomicU64::new(0),
+            recording_calls: CachePadded::new(AtomicU64::new(0)),
             keep_guard: AtomicBool::new(false),
             records_closed: AtomicBool::new(false),
             writer_progress: AtomicU64::new(0),

@@ -3700,3 +3700,74 @@ fn the_completion_threads_own_pass_takes_a_bounded_share_of_what_is_published() 
     engine.complete_here(&backend);
     assert_eq!(engine.pending.len(), 1);
 }
+
+/// The atomics every interceptor call writes or reads (`recording_calls`,
+/// `in_flight`, `ids`, `state`, `completion_wake`) and those the completion
+/// thread moves at every pass or retirement (`completion_passes`,
+/// `counters`) each have their cache lines to themselves: `recording_calls`
+/// shared a line with `counters.completed` and `writer_progress`, and
+/// padding them cut the interceptor's CPU per call by about a tenth
+/// (`bench_interceptor_cost_per_dispatch`, session 24).
+#[test]
+fn the_hot_atomics_share_no_cache_line_with_other_fields() {
+    let e = Engine::<FakeSignal>::new(EngineOptions::default());
+    let base = &e as *const _ as usize;
+    macro_rules! fields {
+        ($($f:ident),* $(,)?) => {
+            vec![$((stringify!($f), &e.$f as *const _ as usize - base, std::mem::size_of_val(&e.$f))),*]
+        };
+    }
+    let all = fields!(
+        options,
+        ids,
+        pending,
+        in_flight,
+        records,
+        completion_wake,
+        urgent,
+        lenders,
+        ring_space,
+        writer_gone,
+        completion_gone,
+        completion_passes,
+        completion_job,
+        writer_wake,
+        counters,
+        state,
+        spares,
+        recording_calls,
+        keep_guard,
+        records_closed,
+        writer_progress,
+        writer_job,
+        writer_outcome,
+        writer_done,
+        writer_flush_wanted,
+        writer_stalled,
+        copies,
+        copies_out,
+        loaded_kernels,
+    );
+    let lines = |off: usize, size: usize| (off / 64, (off + size - 1) / 64);
+    let hot = [
+        "recording_calls",
+        "in_flight",
+        "ids",
+        "state",
+        "completion_wake",
+        "completion_passes",
+        "counters",
+    ];
+    for &(name, off, size) in all.iter().filter(|f| hot.contains(&f.0)) {
+        let (first, last) = lines(off, size);
+        for &(other, o, s) in all.iter().filter(|f| f.0 != name) {
+            let (a, b) = lines(o, s);
+            assert!(
+                b < first || a > last,
+                "{name} (bytes {off}..{}) shares a cache line with {other} (bytes {o}..{})",
+                off + size,
+                o + s
+            );
+        }
+    }
+}
