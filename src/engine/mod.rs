@@ -559,6 +559,11 @@ impl<S: DispatchSignal> Engine<S> {
         }
         lock_taking_back(&self.loaded_kernels).push(kernels);
         self.push_record(Record::KernelsLoaded);
+        // Learn them now, while the app is still loading (the device idle),
+        // not at the writer's next look (its idle nap grows to
+        // WRITER_IDLE_MAX): else the learning, and the backlog of records
+        // queued meanwhile, land in one burst amid the app's first kernels.
+        self.writer_wake.notify();
     }
 
     /// The kernels queued by [`Engine::push_loaded_kernels`] so far, in

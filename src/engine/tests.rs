@@ -3771,3 +3771,23 @@ fn the_hot_atomics_share_no_cache_line_with_other_fields() {
         }
     }
 }
+
+/// Kernels handed over by the code-object hook wake the writer, so it
+/// learns them while the app is still loading: its idle nap grows to
+/// `WRITER_IDLE_MAX`, and a writer that slept through the load learned
+/// 256 kernels and wrote the records queued since in one burst amid the
+/// app's first kernels (25 ms into the 20 µs mix on 5.2), taking the
+/// emulated device's core for up to 3 ms (session 24).
+#[test]
+fn loaded_kernels_wake_the_writer() {
+    let e = Engine::<FakeSignal>::new(EngineOptions::default());
+    let sleeper = e.writer_wake.sleeper();
+    e.push_loaded_kernels(LoadedKernels::default());
+    let t = Instant::now();
+    sleeper.sleep(
+        crate::wait::SleepKind::Parked,
+        Duration::from_secs(10),
+        || false,
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
