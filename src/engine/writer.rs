@@ -14,7 +14,8 @@ use crate::sink::{KernelInfo, RecordSink};
 use crate::wait::SleepKind;
 
 /// How long an idle writer sleeps before looking again (it is woken early
-/// when the record queue fills up): after a wake that found records.
+/// when the record queue fills up, and when an executable's kernels are
+/// handed over): after a wake that found records.
 const WRITER_IDLE: Duration = Duration::from_millis(2);
 
 /// The longest idle sleep: each wake that finds nothing doubles the next
