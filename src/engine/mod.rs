@@ -240,7 +240,8 @@ pub struct Engine<S> {
     /// Added to by every interceptor call, taken from at every retirement.
     in_flight: CachePadded<AtomicU64>,
     records: ArrayQueue<Record>,
-    /// Read by every interceptor call (is the thread parked?).
+    /// Read by an interceptor call that finds nothing in flight (is the
+    /// thread parked?), written as the thread parks and wakes.
     completion_wake: CachePadded<WakePoint>,
     /// Set by an interceptor that waits for the completion thread.
     urgent: AtomicBool,

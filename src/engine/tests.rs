@@ -3702,7 +3702,8 @@ fn the_completion_threads_own_pass_takes_a_bounded_share_of_what_is_published() 
 }
 
 /// The atomics every interceptor call writes or reads (`recording_calls`,
-/// `in_flight`, `ids`, `state`, `completion_wake`) and those the completion
+/// `in_flight`, `ids`, `state`; `completion_wake` when nothing is in
+/// flight) and those the completion
 /// thread moves at every pass or retirement (`completion_passes`,
 /// `counters`) each have their cache lines to themselves: `recording_calls`
 /// shared a line with `counters.completed` and `writer_progress`, and
