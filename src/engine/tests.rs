@@ -3703,12 +3703,12 @@ fn the_completion_threads_own_pass_takes_a_bounded_share_of_what_is_published() 
 
 /// The atomics every interceptor call writes or reads (`recording_calls`,
 /// `in_flight`, `ids`, `state`; `completion_wake` when nothing is in
-/// flight) and those the completion
-/// thread moves at every pass or retirement (`completion_passes`,
-/// `counters`) each have their cache lines to themselves: `recording_calls`
-/// shared a line with `counters.completed` and `writer_progress`, and
-/// padding them cut the interceptor's CPU per call by about a tenth
-/// (`bench_interceptor_cost_per_dispatch`, session 24).
+/// flight) and those the completion thread moves at every pass or
+/// retirement (`completion_passes`, `counters`) each have their cache lines
+/// to themselves: `recording_calls` shared a line with `counters.completed`
+/// and `writer_progress`, and padding them cut the interceptor's CPU per
+/// call by about a tenth (`bench_interceptor_cost_per_dispatch`, session
+/// 24).
 #[test]
 fn the_hot_atomics_share_no_cache_line_with_other_fields() {
     let e = Engine::<FakeSignal>::new(EngineOptions::default());
