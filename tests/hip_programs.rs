@@ -588,7 +588,7 @@ fn event_waits(report: &std::path::Path) -> (u64, u64) {
 /// of handlers listed after a hardware queue's two handlers, and every
 /// intercept queue adds one for its doorbell: a doorbell whose pooled event
 /// had fired before made that thread return from every wait at once for the
-/// whole run, even while the app leaves the GPU idle (docs/performance.md).
+/// whole run, even while the app leaves the GPU idle (docs/performance-history.md).
 /// rprof hands each doorbell an event that never fired. The program idles
 /// 300 ms with its queues alive before it exits: a thread that sleeps makes
 /// no wait there, a spinning one tens of thousands. Untraced the program

@@ -36,7 +36,7 @@ pub(super) type Threads = (JoinHandle<()>, JoinHandle<()>);
 /// completion thread) and was written at exit while the app waited; at the
 /// app's share the graph storm's kernel phase and exit shortened on ROCr
 /// 6.1 and 6.4 (on 5.2 two series disagreed, and the 20 µs mix nets to
-/// about nothing: `docs/performance.md`). A thread may always choose this
+/// about nothing: `docs/performance-history.md`). A thread may always choose this
 /// policy; failure leaves the default.
 fn no_wakeup_preemption() {
     let param = libc::sched_param { sched_priority: 0 };
