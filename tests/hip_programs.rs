@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use harness::artefacts::hip_program;
 use harness::hip::run_traced;
 use harness::outputs::{check_outputs, output_files, single_report, summary, TraceFacts};
+use harness::run::{number_after, number_before};
 use harness::Runtime;
 
 /// Traces `program args` as `-o NAME` and runs every output check; the
@@ -138,12 +139,6 @@ fn storm_256x2_verbose(label: &str) -> harness::Run {
     run
 }
 
-/// The number written right before the first `tail` in `text`.
-fn count_before(text: &str, tail: &str) -> Option<u64> {
-    let (head, _) = text.split_once(tail)?;
-    head.rsplit(' ').next()?.parse().ok()
-}
-
 /// HIP synchronises by spinning in the runtime's wait: while it waits for
 /// the device, the app's thread writes the records in the writer's place
 /// (`tool/src/session/lending_wait.rs`), and every output still holds each
@@ -155,7 +150,7 @@ fn count_before(text: &str, tail: &str) -> Option<u64> {
 fn the_apps_spinning_wait_writes_records_and_loses_none() {
     let label = "lending_wait_256x2";
     let run = storm_256x2_verbose(label);
-    let lent = count_before(&run.stderr, " records written by waiting app threads")
+    let lent = number_before(&run.stderr, " records written by waiting app threads")
         .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
     assert!(
         lent > 0,
@@ -179,14 +174,10 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
 fn the_exit_destroys_idle_signals_only_where_the_unload_closes_the_pool() {
     let label = "exit_trim_256x2";
     let run = storm_256x2_verbose(label);
-    let created = count_before(&run.stderr, " created, high water")
+    let created = number_before(&run.stderr, " created, high water")
         .unwrap_or_else(|| panic!("{label}: no pool size in:\n{}", run.stderr));
-    let count_after = |head: &str| -> Option<u64> {
-        let (_, tail) = run.stderr.split_once(head)?;
-        tail.split(' ').next()?.parse().ok()
-    };
-    let at_exit = count_after("rprof: exit: ");
-    let at_unload = count_after("rprof: unload: ");
+    let at_exit = number_after(&run.stderr, "rprof: exit: ");
+    let at_unload = number_after(&run.stderr, "rprof: unload: ");
     // 512 dispatches on the device at once: the pool grew to at least that.
     assert!(created >= 512, "{label}: {created} signals created");
     let (want_exit, want_unload) = match Runtime::selected() {

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use harness::outputs::{check_pftrace, read_csv, read_json};
+use harness::run::{number_after, number_before};
 use harness::trace_app::run_traced;
 use harness::trace_app::{rprof_traced, Load};
 use harness::Run;
@@ -300,20 +301,12 @@ fn pool_summary(run: &Run) -> (u64, u64, u64) {
         .lines()
         .find(|l| l.contains("signal pool "))
         .unwrap_or_else(|| panic!("no verbose summary in:\n{}", run.stderr));
-    let after = |key: &str| -> u64 {
-        let i = l.find(key).unwrap_or_else(|| panic!("{key} in {l}"));
-        l[i + key.len()..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    let created = after("signal pool ");
-    let high = after("high water ");
-    let waits_at = l.find(" waits").expect("waits");
-    let waits = l[..waits_at].rsplit(' ').next().unwrap().parse().unwrap();
-    (created, high, waits)
+    let number = |n: Option<u64>, what: &str| n.unwrap_or_else(|| panic!("no {what} in: {l}"));
+    (
+        number(number_after(l, "signal pool "), "pool size"),
+        number(number_after(l, "high water "), "high water"),
+        number(number_before(l, " waits"), "wait count"),
+    )
 }
 
 /// `trace_app load 8 4 N 64` traced with a signal pool of `pool`: 8

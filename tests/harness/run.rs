@@ -74,6 +74,26 @@ pub fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
+/// The number written right before the first `tail` in `text` (the digits
+/// that end the text before it), as in rprof's verbose summary
+/// `signal pool 512 created, high water ...` with `tail` = `" created"`.
+/// `None` when `tail` is missing or no digits precede it.
+pub fn number_before(text: &str, tail: &str) -> Option<u64> {
+    let (head, _) = text.split_once(tail)?;
+    let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    head[head.len() - digits..].parse().ok()
+}
+
+/// The number written right after the first `head` in `text` (the digits
+/// that start the text after it), as in `rprof: exit: 256 idle ...` with
+/// `head` = `"rprof: exit: "`. `None` when `head` is missing or no digits
+/// follow it.
+pub fn number_after(text: &str, head: &str) -> Option<u64> {
+    let (_, tail) = text.split_once(head)?;
+    let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    tail[..digits].parse().ok()
+}
+
 /// A fresh, empty run directory for `label`:
 /// `<target>/rocm-VERSION/runs/<test binary>/<label>`.
 pub fn fresh_dir(label: &str) -> PathBuf {
