@@ -17,9 +17,12 @@
 //!   writer thread pairs them by range id ([`ProcessRanges`]).
 //!
 //! Records go to the engine through a target set by the session
-//! ([`set_target`]); records made before the session exists (ROCTx calls
-//! before `hsa_init`) wait in a bounded early queue that the session drains
-//! when it starts ([`drain_early`]).
+//! ([`set_target`]); records made before the session exists wait in a
+//! bounded early queue that the session drains when it starts
+//! ([`drain_early`]): ROCTx calls before `hsa_init` ([`emit`] before the
+//! target is set), and calls made while the session still starts beside the
+//! app (the target keeps them there with [`keep_early`] rather than make the
+//! app's thread wait for the start).
 //!
 //! `--kernel-rename`: when on ([`set_kernel_rename`]), the engine's
 //! interceptor asks [`current_region`] for the top of the dispatching
@@ -333,18 +336,43 @@ pub fn emit(rec: Record) {
         t(rec);
         return;
     }
+    keep_early(rec);
+}
+
+/// Puts a record in the early queue, behind those already there (counted
+/// as lost if the queue is full): for records made before the target is
+/// set, and for a target whose destination is not ready yet.
+pub fn keep_early(rec: Record) {
     let q = EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
     if q.push(rec).is_err() {
         EARLY_LOST.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Takes the records made before the target was set, in call order, and
-/// the number that did not fit.
+/// Creates the early queue now (~0.5 MB, touched page by page as it is
+/// made: ~0.25 ms), off the app's threads: the session's start does this
+/// first, so that a marker made while it runs finds the queue ready.
+pub fn prepare_early() {
+    EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
+}
+
+/// Whether the early queue holds records (a load or two; false before any
+/// record was kept).
+pub fn has_early() -> bool {
+    EARLY.get().is_some_and(|q| !q.is_empty())
+}
+
+/// Takes the records in the early queue, in call order, and the number
+/// that did not fit. Takes at most as many as the queue held when called,
+/// so `f` may put a record back ([`keep_early`]: it goes behind the rest,
+/// and stays for a later drain) without the drain running on.
 pub fn drain_early(mut f: impl FnMut(Record)) -> u64 {
     if let Some(q) = EARLY.get() {
-        while let Some(r) = q.pop() {
-            f(r);
+        for _ in 0..q.len() {
+            match q.pop() {
+                Some(r) => f(r),
+                None => break,
+            }
         }
     }
     EARLY_LOST.swap(0, Ordering::Relaxed)
@@ -410,6 +438,53 @@ impl KernelRegions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mark(correlation_id: u64) -> Record {
+        Record::Marker(MarkerRecord {
+            kind: MarkerKind::Mark,
+            correlation_id,
+            thread_id: 1,
+            end_thread_id: 1,
+            depth: 0,
+            start_ns: correlation_id,
+            end_ns: correlation_id,
+            message: "m",
+        })
+    }
+
+    fn id(r: &Record) -> u64 {
+        match r {
+            Record::Marker(m) => m.correlation_id,
+            other => panic!("not a marker: {other:?}"),
+        }
+    }
+
+    /// A target that is not ready yet puts records back (the session's
+    /// target while it still starts): the drain takes only what the queue
+    /// held, so it ends, and what went back stays in order for the next
+    /// drain. (The only test of this binary that uses the early queue.)
+    #[test]
+    fn a_drain_whose_target_puts_records_back_ends_and_keeps_their_order() {
+        assert!(!has_early());
+        for i in 1..=3 {
+            keep_early(mark(i));
+        }
+        assert!(has_early());
+        let mut took = Vec::new();
+        let lost = drain_early(|r| {
+            if id(&r) == 3 {
+                took.push(id(&r));
+            } else {
+                keep_early(r);
+            }
+        });
+        assert_eq!((took.as_slice(), lost), (&[3][..], 0));
+        assert!(has_early());
+        let mut rest = Vec::new();
+        drain_early(|r| rest.push(id(&r)));
+        assert_eq!(rest, [1, 2]);
+        assert!(!has_early());
+    }
 
     #[test]
     fn interning_returns_one_pointer_per_text() {

@@ -387,6 +387,16 @@ fn kernel_rename_alone_renames_without_recording_markers() {
 /// on `marker_app <mode>` in the fresh run directory `label`; asserts it
 /// succeeded.
 fn run_marker_app_every_format(label: &str, trace_args: &[&str], mode: &str) -> harness::Run {
+    run_marker_app_every_format_with(label, trace_args, mode, &[])
+}
+
+/// [`run_marker_app_every_format`] with `env` set for the run.
+fn run_marker_app_every_format_with(
+    label: &str,
+    trace_args: &[&str],
+    mode: &str,
+    env: &[(&str, &str)],
+) -> harness::Run {
     let app = marker_app();
     let b = build();
     b.emulator();
@@ -405,6 +415,7 @@ fn run_marker_app_every_format(label: &str, trace_args: &[&str], mode: &str) -> 
         .arg(app)
         .arg(mode);
     clear_rprof_env(&mut cmd);
+    cmd.envs(env.iter().copied());
     let run = run_with(cmd, dir, HIP_RUN_TIMEOUT);
     run.assert_success();
     run
@@ -461,6 +472,73 @@ fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
         assert_eq!(slices.get(name), None, "{name}: {slices:?}");
     }
     assert_eq!(slices.get("last-mark"), Some(&1), "{slices:?}");
+    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
+    assert_eq!(
+        rocpd_counts(
+            &db,
+            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples \
+             WHERE category = 'MARKER_CORE_RANGE_API' GROUP BY 1"
+        ),
+        expected
+    );
+}
+
+/// Markers made before or while rprof's session starts beside the app (here
+/// held back 3 s by the tests' knob `RPROF_START_DELAY_MS`) do not make the
+/// app's thread wait for the start: they wait in the early queue, and every
+/// output still holds every marker exactly once. (Before, `OnLoad` handing
+/// over a mark made before `hipInit` waited for the whole start inside
+/// `hipInit`, and a first marker right after HIP's start-up waited ~1 ms.)
+#[test]
+fn a_marker_made_while_the_session_starts_does_not_wait_for_it() {
+    let run = run_marker_app_every_format_with(
+        "marker-slow-start",
+        &["--kernel-trace", "--marker-trace"],
+        "timed-mark",
+        &[("RPROF_START_DELAY_MS", "3000")],
+    );
+    assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
+    assert!(run.stdout.contains("ROCTX_CALLS 19"), "{}", run.stdout);
+    let printed = |key: &str| -> u64 {
+        run.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in\n{}", run.stdout))
+    };
+    // hipInit loads rprof, whose OnLoad hands the "before-hip" mark made
+    // earlier to the session; then the app marks at once.
+    for key in ["HIP_INIT_US ", "MARK_AFTER_INIT_US "] {
+        let us = printed(key);
+        assert!(
+            us < 1_500_000,
+            "{key}{us}: the app's thread waited for the 3 s start"
+        );
+    }
+    assert!(
+        run.elapsed >= std::time::Duration::from_secs(3),
+        "the start was not delayed: {:?}",
+        run.elapsed
+    );
+    let mut expected = expected_markers();
+    expected.insert("after-init".into(), 1);
+    assert_eq!(
+        csv_counts(&run.output("_marker_api_trace.csv"), "Function"),
+        expected
+    );
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0u64) += 1;
+    }
+    assert_eq!(by_message, expected);
+    let trace = check_pftrace(&run.output(".pftrace"));
+    let slices = slices_by_name(&trace.json);
+    for (name, n) in &expected {
+        assert_eq!(slices.get(name), Some(n), "{name}: {slices:?}");
+    }
     let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
     assert_eq!(
         rocpd_counts(

@@ -12,6 +12,9 @@
 // `marker_app unclosed` (tests/marker_trace.rs) adds, after the above, ranges left open at exit: a thread that
 // pushes "thread-left-open" and ends, then on main pushes "left-open-outer" > "left-open-inner", starts
 // "left-started", and marks "last-mark": ROCTx calls 18 + 5 = 23; markers written 11 + 1 (the mark).
+// `marker_app timed-mark` (tests/marker_trace.rs) calls hipInit (which starts the runtime, and so rprof's session)
+// and then marks "after-init", before any other HIP call, and prints how long each took: HIP_INIT_US <us>,
+// MARK_AFTER_INIT_US <us>. ROCTx calls 18 + 1 = 19; markers 11 + 1.
 // Built with -DSHIPPED_ROCTX, it links to the ROCTx library the runtime's Debian ships (roctracer's libroctx64,
 // which has no roctxNameOsThread): no thread names, and the calls the library received are counted through its
 // tracer hook roctxRegisterTracerCallback (called once per ROCTx call): 16.
@@ -22,6 +25,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 extern "C" {
@@ -96,6 +100,18 @@ int main(int argc, char** argv) {
 #endif
   roctxMarkA("before-hip");
   roctxNameOsThread("main-thread");
+  if (argc > 1 && strcmp(argv[1], "timed-mark") == 0) {
+    using clock = std::chrono::steady_clock;
+    auto us = [](clock::time_point a, clock::time_point b) {
+      return (long long)std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
+    };
+    auto t0 = clock::now();
+    CHECK(hipInit(0));
+    auto t1 = clock::now();
+    roctxMarkA("after-init");
+    auto t2 = clock::now();
+    printf("HIP_INIT_US %lld\nMARK_AFTER_INIT_US %lld\n", us(t0, t1), us(t1, t2));
+  }
   int* buf = nullptr;
   CHECK(hipMalloc(&buf, 64));
   int push_outer = roctxRangePushA("outer");

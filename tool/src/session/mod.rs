@@ -55,6 +55,7 @@ use hsa_sys::HsaApiTable;
 use rprof_core::config::{misspelt_variables, TraceConfig};
 use rprof_core::engine::{Engine, EngineOptions};
 use rprof_core::kernels::{KernelTable, NamePolicy};
+use rprof_core::marker;
 use rprof_core::record::AgentInfo;
 use rprof_pool::{PoolConfig, SignalPool};
 
@@ -306,12 +307,19 @@ fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
                 "the tracing session's start",
                 || (),
                 || {
+                    if config.marker_trace {
+                        // Markers the app makes meanwhile wait there.
+                        marker::prepare_early();
+                    }
                     // Tests' knob (`RPROF_START_DELAY_MS`): a start slower
                     // than any real one.
                     std::thread::sleep(config.tuning.start_delay);
                     match Session::start(rt, &config, agents) {
                         Ok(s) => {
-                            let _ = SESSION.set(s);
+                            if SESSION.set(s).is_ok() {
+                                // ROCTx records made while it started.
+                                drain_early_markers(s);
+                            }
                         }
                         Err(why) => eprintln!("rprof: {why}"),
                     }
@@ -340,9 +348,42 @@ fn start_beside(rt: Runtime, config: TraceConfig, agents: Vec<AgentInfo>) {
 }
 
 /// Hands a ROCTx record to the engine (the marker module's target).
+///
+/// While the session still starts beside the app, the record waits in the
+/// marker module's early queue instead of the app's thread waiting for the
+/// start (an app's first marker right after HIP's start-up waited ~1 ms):
+/// the start drains the queue once the session is published, and every
+/// record after that drains what is left first, so each thread's records
+/// reach the engine in the order it made them.
 fn push_marker(rec: rprof_core::record::Record) {
+    if let Some(s) = SESSION.get() {
+        drain_early_markers(s);
+        s.engine.push_app_record(rec);
+        return;
+    }
+    if START.running_here() {
+        marker::keep_early(rec);
+        // The start may have published the session (and drained the queue)
+        // meanwhile: then this record must not stay behind.
+        if let Some(s) = SESSION.get() {
+            drain_early_markers(s);
+        }
+        return;
+    }
     if let Some(s) = session() {
         s.engine.push_app_record(rec);
+    }
+}
+
+/// Hands the records waiting in the marker module's early queue to the
+/// engine (nothing to do, and no atomic write, when it is empty).
+fn drain_early_markers(s: &Session) {
+    if !marker::has_early() {
+        return;
+    }
+    let lost = marker::drain_early(|r| s.engine.push_app_record(r));
+    if lost > 0 {
+        eprintln!("rprof: {lost} ROCTx calls made before the session started were not recorded (early queue full)");
     }
 }
 
