@@ -453,14 +453,7 @@ fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
     expected.insert("last-mark".into(), 1);
     let csv = run.output("_marker_api_trace.csv");
     assert_eq!(csv_counts(&csv, "Function"), expected);
-    let json = read_json(&run.output("_results.json"));
-    let mut by_message = BTreeMap::new();
-    for m in json["marker_api"].as_array().unwrap() {
-        *by_message
-            .entry(m["message"].as_str().unwrap().to_string())
-            .or_insert(0u64) += 1;
-    }
-    assert_eq!(by_message, expected);
+    assert_eq!(json_marker_counts(&run), expected);
     let trace = check_pftrace(&run.output(".pftrace"));
     let slices = slices_by_name(&trace.json);
     for name in [
@@ -472,15 +465,7 @@ fn ranges_open_at_exit_are_left_out_of_every_format_and_said() {
         assert_eq!(slices.get(name), None, "{name}: {slices:?}");
     }
     assert_eq!(slices.get("last-mark"), Some(&1), "{slices:?}");
-    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
-    assert_eq!(
-        rocpd_counts(
-            &db,
-            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples \
-             WHERE category = 'MARKER_CORE_RANGE_API' GROUP BY 1"
-        ),
-        expected
-    );
+    assert_eq!(rocpd_marker_counts(&run), expected);
 }
 
 /// Markers made before or while rprof's session starts beside the app (here
@@ -526,28 +511,13 @@ fn a_marker_made_while_the_session_starts_does_not_wait_for_it() {
         csv_counts(&run.output("_marker_api_trace.csv"), "Function"),
         expected
     );
-    let json = read_json(&run.output("_results.json"));
-    let mut by_message = BTreeMap::new();
-    for m in json["marker_api"].as_array().unwrap() {
-        *by_message
-            .entry(m["message"].as_str().unwrap().to_string())
-            .or_insert(0u64) += 1;
-    }
-    assert_eq!(by_message, expected);
+    assert_eq!(json_marker_counts(&run), expected);
     let trace = check_pftrace(&run.output(".pftrace"));
     let slices = slices_by_name(&trace.json);
     for (name, n) in &expected {
         assert_eq!(slices.get(name), Some(n), "{name}: {slices:?}");
     }
-    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
-    assert_eq!(
-        rocpd_counts(
-            &db,
-            "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples \
-             WHERE category = 'MARKER_CORE_RANGE_API' GROUP BY 1"
-        ),
-        expected
-    );
+    assert_eq!(rocpd_marker_counts(&run), expected);
 }
 
 /// rocpd code objects of a real run: one row per loaded code object, with
@@ -641,6 +611,29 @@ fn rocpd_counts(db: &rusqlite::Connection, sql: &str) -> BTreeMap<String, u64> {
         (k, n as u64)
     })
     .collect()
+}
+
+/// The JSON output's markers (`marker_api`), counted by message.
+fn json_marker_counts(run: &harness::Run) -> BTreeMap<String, u64> {
+    let json = read_json(&run.output("_results.json"));
+    let mut by_message = BTreeMap::new();
+    for m in json["marker_api"].as_array().unwrap() {
+        *by_message
+            .entry(m["message"].as_str().unwrap().to_string())
+            .or_insert(0u64) += 1;
+    }
+    by_message
+}
+
+/// The rocpd database's markers (`regions_and_samples` of category
+/// `MARKER_CORE_RANGE_API`), counted by message.
+fn rocpd_marker_counts(run: &harness::Run) -> BTreeMap<String, u64> {
+    let db = rusqlite::Connection::open(run.output("_results.db")).unwrap();
+    rocpd_counts(
+        &db,
+        "SELECT json_extract(extdata, '$.message'), count(*) FROM regions_and_samples \
+         WHERE category = 'MARKER_CORE_RANGE_API' GROUP BY 1",
+    )
 }
 
 #[test]
@@ -904,14 +897,7 @@ fn markers_of_an_app_linked_to_the_runtimes_own_roctx_library() {
             ("k_worker", 2)
         ])
     );
-    let json = read_json(&run.output("_results.json"));
-    let mut by_message = BTreeMap::new();
-    for m in json["marker_api"].as_array().unwrap() {
-        *by_message
-            .entry(m["message"].as_str().unwrap().to_string())
-            .or_insert(0) += 1;
-    }
-    assert_eq!(by_message, expected_markers(), "JSON");
+    assert_eq!(json_marker_counts(&run), expected_markers(), "JSON");
     let trace = check_pftrace(&run.output(".pftrace"));
     for (name, n) in expected_markers() {
         assert_eq!(
