@@ -11,7 +11,8 @@
 //! An event that has fired before therefore satisfies each wait at once, and
 //! a doorbell handler stays registered for the queue's life, so a doorbell
 //! whose pooled event had fired kept that thread spinning through the whole
-//! run (`docs/performance-history.md`, "ROCr 6.4.3: what is left"), taking a core from the app.
+//! run (`docs/performance-history.md`, "ROCr 6.4.3: what is left"), taking a
+//! core from the app.
 //!
 //! [`FreshEventHold`] takes the events the pool would hand out next, by
 //! creating up to [`HELD_SIGNALS`] plain interrupt signals for the duration of
