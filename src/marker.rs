@@ -38,10 +38,10 @@
 //! Owns the marker records and their per-thread state; must not call the
 //! runtime or know about ROCTx's ABI (the tool does).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crossbeam_queue::ArrayQueue;
 
@@ -322,6 +322,20 @@ pub type Target = fn(Record);
 static TARGET: OnceLock<Target> = OnceLock::new();
 static EARLY: OnceLock<ArrayQueue<Record>> = OnceLock::new();
 static EARLY_LOST: AtomicU64 = AtomicU64::new(0);
+/// A drain running now ([`drain_early`]): a record it has taken but not
+/// yet handed on is in neither the queue nor the engine, so [`has_early`]
+/// counts it as early still.
+static EARLY_DRAINS: AtomicUsize = AtomicUsize::new(0);
+/// Drains run one at a time, so the records of the early queue are handed on
+/// in the order they were kept. Taken only when records are early: never in
+/// steady state.
+static DRAIN_LOCK: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// The calling thread runs a drain: a record it hands on that comes
+    /// back here (the target pushing it) must not start another.
+    static DRAINING_HERE: Cell<bool> = const { Cell::new(false) };
+}
 /// Records kept before the session starts.
 pub const EARLY_CAPACITY: usize = 4096;
 
@@ -356,23 +370,46 @@ pub fn prepare_early() {
     EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
 }
 
-/// Whether the early queue holds records (a load or two; false before any
-/// record was kept).
+/// Whether records are early still: in the queue, or taken by a drain that
+/// has not handed them on yet (a few loads; false before any record was
+/// kept). A caller that must not overtake them drains first
+/// ([`drain_early`], which waits for a drain running elsewhere).
 pub fn has_early() -> bool {
-    EARLY.get().is_some_and(|q| !q.is_empty())
+    EARLY.get().is_some_and(|q| !q.is_empty()) || EARLY_DRAINS.load(Ordering::SeqCst) > 0
 }
 
 /// Takes the records in the early queue, in call order, and the number
-/// that did not fit. Takes at most as many as the queue held when called,
-/// so `f` may put a record back ([`keep_early`]: it goes behind the rest,
-/// and stays for a later drain) without the drain running on.
+/// that did not fit. Drains run one at a time (a drain running on another
+/// thread is waited for, so every record it took has been handed on when
+/// this returns); on a thread that is draining already (`f` came back here)
+/// it returns at once, the outer drain handing the records on in order.
+/// Takes at most as many as the queue held, so `f` may put a record back
+/// ([`keep_early`]: it goes behind the rest, and stays for a later drain)
+/// without the drain running on.
 pub fn drain_early(mut f: impl FnMut(Record)) -> u64 {
-    if let Some(q) = EARLY.get() {
-        for _ in 0..q.len() {
-            match q.pop() {
-                Some(r) => f(r),
-                None => break,
-            }
+    let Some(q) = EARLY.get() else {
+        return EARLY_LOST.swap(0, Ordering::Relaxed);
+    };
+    if DRAINING_HERE.with(Cell::get) {
+        return 0;
+    }
+    struct Draining;
+    impl Drop for Draining {
+        fn drop(&mut self) {
+            DRAINING_HERE.with(|d| d.set(false));
+            EARLY_DRAINS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _one_at_a_time = DRAIN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    // Counted before the first pop (both SeqCst, as the queue's own
+    // indices): whoever finds the queue emptied by it sees the drain.
+    EARLY_DRAINS.fetch_add(1, Ordering::SeqCst);
+    DRAINING_HERE.with(|d| d.set(true));
+    let _draining = Draining;
+    for _ in 0..q.len() {
+        match q.pop() {
+            Some(r) => f(r),
+            None => break,
         }
     }
     EARLY_LOST.swap(0, Ordering::Relaxed)
@@ -480,9 +517,36 @@ mod tests {
         });
         assert_eq!((took.as_slice(), lost), (&[3][..], 0));
         assert!(has_early());
+        // While a drain holds a record it has taken, the record counts as
+        // early: nobody may push past it.
+        // A record that comes back to a drain on its thread does not start
+        // another (which would hand the later records on before it).
         let mut rest = Vec::new();
-        drain_early(|r| rest.push(id(&r)));
+        drain_early(|r| {
+            assert!(has_early(), "record {} taken, not yet handed on", id(&r));
+            assert_eq!(drain_early(|r| panic!("nested drain took {}", id(&r))), 0);
+            rest.push(id(&r));
+        });
         assert_eq!(rest, [1, 2]);
+        assert!(!has_early());
+        // Two threads draining at once hand the records on in order: one
+        // drain at a time, each record handed on before the next is taken.
+        for i in 1..=2000 {
+            keep_early(mark(i));
+        }
+        let out = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|t| {
+            for _ in 0..2 {
+                t.spawn(|| {
+                    drain_early(|r| {
+                        std::thread::yield_now();
+                        out.lock().unwrap().push(id(&r));
+                    })
+                });
+            }
+        });
+        let out = out.into_inner().unwrap();
+        assert_eq!(out, (1..=2000).collect::<Vec<_>>());
         assert!(!has_early());
     }
 

@@ -376,7 +376,9 @@ fn push_marker(rec: rprof_core::record::Record) {
 }
 
 /// Hands the records waiting in the marker module's early queue to the
-/// engine (nothing to do, and no atomic write, when it is empty).
+/// engine (nothing to do, no lock and no atomic write, when there are none),
+/// after any drain running elsewhere has handed on what it took, so that the
+/// caller's next record cannot overtake them.
 fn drain_early_markers(s: &Session) {
     if !marker::has_early() {
         return;
