@@ -357,8 +357,7 @@ pub fn emit(rec: Record) {
 /// as lost if the queue is full): for records made before the target is
 /// set, and for a target whose destination is not ready yet.
 pub fn keep_early(rec: Record) {
-    let q = EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
-    if q.push(rec).is_err() {
+    if early_queue().push(rec).is_err() {
         EARLY_LOST.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -367,7 +366,12 @@ pub fn keep_early(rec: Record) {
 /// made: ~0.25 ms), off the app's threads: the session's start does this
 /// first, so that a marker made while it runs finds the queue ready.
 pub fn prepare_early() {
-    EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY));
+    early_queue();
+}
+
+/// The early queue, made at the first use.
+fn early_queue() -> &'static ArrayQueue<Record> {
+    EARLY.get_or_init(|| ArrayQueue::new(EARLY_CAPACITY))
 }
 
 /// Whether records are early still: in the queue, or taken by a drain that
@@ -518,9 +522,9 @@ mod tests {
         assert_eq!((took.as_slice(), lost), (&[3][..], 0));
         assert!(has_early());
         // While a drain holds a record it has taken, the record counts as
-        // early: nobody may push past it.
-        // A record that comes back to a drain on its thread does not start
-        // another (which would hand the later records on before it).
+        // early (nobody may push past it), and a record that comes back to
+        // the drain on its thread does not start another (which would hand
+        // the later records on before it).
         let mut rest = Vec::new();
         drain_early(|r| {
             assert!(has_early(), "record {} taken, not yet handed on", id(&r));
