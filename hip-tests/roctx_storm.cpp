@@ -5,9 +5,10 @@
 // on one thread, then one hipDeviceSynchronize. With --marker-trace that is exactly 2N markers (N marks and N
 // push/pop ranges) around N kernels. Each of the 3N ROCTx calls is timed on the app's thread (CLOCK_MONOTONIC
 // around the call, the same in every mode), and the program prints their p50, p99, maximum and mean
-// (`roctx_call_p50_ns=`, ...): what a marker costs the thread that makes it, apart from the run's start and exit. Linked to the ROCTx library the runtime's Debian ships (roctracer's
-// libroctx64, `-lroctx64`); not in hip-tests/build.sh's list (that suite builds without ROCTx): scripts/bench.sh
-// builds it on the runtimes whose root has ROCTx (6.1, 6.4, 7.0).
+// (`roctx_call_p50_ns=`, ...): what a marker costs the thread that makes it, apart from the run's start and exit.
+// Linked to the ROCTx library the runtime's Debian ships (roctracer's libroctx64, `-lroctx64`); not in
+// hip-tests/build.sh's list (that suite builds without ROCTx): scripts/bench.sh builds it on the runtimes whose root
+// has ROCTx (6.1, 6.4, 7.0).
 #include "common.h"
 
 #include <time.h>

@@ -13,6 +13,7 @@ use harness::outputs::{
     check_pftrace, check_rocpd_against_csv, compiler_resources, output_files, read_csv, read_json,
     read_rocpd, CsvDispatch as Row,
 };
+use harness::run::number_after;
 use harness::trace_app::{rprof_traced, run_rprof, run_rprof_into, run_traced, Load};
 use harness::{build, run_dir, Run};
 
@@ -162,11 +163,7 @@ fn creating_a_queue_does_not_wait_for_the_sessions_start() {
     );
     let rows = assert_complete_trace(&run);
     assert_eq!(rows.len(), 120);
-    let create_us: u64 = run
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("QUEUE_CREATE_US "))
-        .and_then(|v| v.trim().parse().ok())
+    let create_us = number_after(&run.stdout, "QUEUE_CREATE_US ")
         .unwrap_or_else(|| panic!("no QUEUE_CREATE_US in\n{}", run.stdout));
     assert!(
         create_us < 1_500_000,

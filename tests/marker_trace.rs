@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 
 use harness::artefacts::{build, build_cached, program, programs_dir};
 use harness::outputs::{check_pftrace, check_rocpd_against_csv, read_csv, read_json};
-use harness::run::{clear_rprof_env, fresh_dir, run_with, HIP_RUN_TIMEOUT};
+use harness::run::{clear_rprof_env, fresh_dir, number_after, run_with, HIP_RUN_TIMEOUT};
 use harness::Runtime;
 
 /// What marker_app prints about its ROCTx return values (the documented
@@ -484,17 +484,11 @@ fn a_marker_made_while_the_session_starts_does_not_wait_for_it() {
     );
     assert!(run.stdout.contains(LEVELS), "{}", run.stdout);
     assert!(run.stdout.contains("ROCTX_CALLS 19"), "{}", run.stdout);
-    let printed = |key: &str| -> u64 {
-        run.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in\n{}", run.stdout))
-    };
     // hipInit loads rprof, whose OnLoad hands the "before-hip" mark made
     // earlier to the session; then the app marks at once.
     for key in ["HIP_INIT_US ", "MARK_AFTER_INIT_US "] {
-        let us = printed(key);
+        let us =
+            number_after(&run.stdout, key).unwrap_or_else(|| panic!("no {key}in\n{}", run.stdout));
         assert!(
             us < 1_500_000,
             "{key}{us}: the app's thread waited for the 3 s start"
