@@ -42,7 +42,7 @@ root_ready() { # VERSION: waits for the root's build; fails with its log
 # <target>/harness/cargo; the "build" step below is for the other checks).
 E2E=(-p rprof-core --test kernel_trace --test chained_rewriter --test rocminfo --test hip_programs
      --test hip_multiprocess --test rpc_workload --test rpc_trace --test raw_hsa --test emu_hip --test security
-     --test marker_trace --test processes_and_limits)
+     --test marker_trace --test memory_copy_trace --test processes_and_limits)
 
 run_step "format"              cargo fmt --all -- --check
 run_step "clippy"              cargo clippy --workspace --all-targets -- -D warnings
