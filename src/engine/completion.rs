@@ -274,7 +274,7 @@ impl<S: DispatchSignal> Engine<S> {
         job: &mut CompletionJob<S>,
         own_pass: Option<u64>,
     ) -> Turn {
-        let copies_done = self.poll_copies(backend, &mut job.copies);
+        let copies_done = self.poll_copies(backend, &mut job.copies, usize::MAX);
         // While the app launches faster than this thread passes, a pass
         // took thousands of entries at once (~0.6 ms on the 6.4 mix, a
         // core taken from the app or the device): take a bounded share,
@@ -369,12 +369,14 @@ impl<S: DispatchSignal> Engine<S> {
         Lending(self)
     }
 
-    /// Retires finished dispatches on the calling thread, in the completion
-    /// thread's place, if its state is free (never waits for it): an
-    /// application thread that spins on the device lends its time, so the
-    /// completion thread takes none from the app's other threads (nor, on
-    /// the emulated GPU, from the command processor). At most `max`
-    /// dispatches, and no more than the record queue's free half takes (a lender never
+    /// Retires finished copies and dispatches on the calling thread, in the
+    /// completion thread's place, if its state is free (never waits for
+    /// it): an application thread that spins on the device lends its time,
+    /// so the completion thread takes none from the app's other threads
+    /// (nor, on the emulated GPU, from the command processor), and a copy
+    /// the app waits for completes the app's signal here, without waiting
+    /// for that thread to get a core. At most `max` copies and dispatches,
+    /// and no more than the record queue's free half takes (a lender never
     /// waits for room in it). Returns how many it retired
     /// (0: none finished, the completion thread busy or not running). Not
     /// under `--serialize-kernels`, whose grants are the thread's alone,
@@ -391,17 +393,32 @@ impl<S: DispatchSignal> Engine<S> {
             // Shutdown may have begun while the state was taken.
             let max = max.min(self.lend_retire_room());
             if max == 0 {
-                return 0;
+                return (0, 0);
             }
-            self.pass(backend, job, None, max, max).done
+            // Copies first: the app is likely waiting for one (HIP's
+            // synchronisation after a copy). Each retired copy queues one
+            // record; each dispatch entry taken or retired, one.
+            let copies = self.poll_copies(backend, &mut job.copies, max);
+            let left = max - copies;
+            let dispatches = if left == 0 {
+                0
+            } else {
+                self.pass(backend, job, None, left, left).done
+            };
+            (copies, dispatches)
         });
-        let done = done.unwrap_or(0);
-        if done > 0 {
+        let (copies, dispatches) = done.unwrap_or((0, 0));
+        if dispatches > 0 {
             self.counters
                 .completions_lent
-                .fetch_add(done as u64, Ordering::Relaxed);
+                .fetch_add(dispatches as u64, Ordering::Relaxed);
         }
-        done
+        if copies > 0 {
+            self.counters
+                .copies_lent
+                .fetch_add(copies as u64, Ordering::Relaxed);
+        }
+        copies + dispatches
     }
 
     /// Moves published dispatches into the completion thread's list on the

@@ -120,12 +120,15 @@ impl<S: DispatchSignal> Engine<S> {
         self.copies_out.load(Ordering::Acquire)
     }
 
-    /// The completion thread's copy pass: takes the published copies, and
-    /// retires those whose signal completed. Returns how many it retired.
+    /// A copy pass (the completion thread's, or a lending app thread's):
+    /// takes the published copies, and retires up to `max` of those whose
+    /// signal completed (the others stay listed for the next pass). Returns
+    /// how many it retired.
     pub(super) fn poll_copies(
         &self,
         backend: &dyn CompletionBackend,
         copies: &mut Vec<CopyInFlight<S>>,
+        max: usize,
     ) -> usize {
         while let Some(c) = self.copies.pop() {
             copies.push(c);
@@ -145,12 +148,12 @@ impl<S: DispatchSignal> Engine<S> {
                 copies.swap(i, unfinished);
             }
         }
-        let done = copies.len() - unfinished;
+        let done = (copies.len() - unfinished).min(max);
         if done == 0 {
             return 0;
         }
         let observed = boottime_ns();
-        for entry in copies.drain(unfinished..) {
+        for entry in copies.drain(unfinished..unfinished + done) {
             self.complete_copy(backend, entry, observed);
         }
         done

@@ -228,6 +228,9 @@ pub struct EngineCounters {
     /// Dispatches retired by app threads waiting on the device, in the
     /// completion thread's place ([`Engine::lend_completion`]).
     pub completions_lent: AtomicU64,
+    /// Memory copies retired by app threads waiting on the device, in the
+    /// completion thread's place ([`Engine::lend_completion`]).
+    pub copies_lent: AtomicU64,
 }
 
 /// The shared state of a tracing session. See the module docs.

@@ -315,7 +315,7 @@ impl Session {
         );
         let per_dispatch = |ns: u64| ns / m.dispatches.max(1);
         eprintln!(
-            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} dispatches retired and {} records written by waiting app threads; interceptor clock: {}",
+            "rprof: finished at {why} in {:?} (device {:?}, threads {:?}): {} dispatches written, {} filtered out, {} lost, clamps start/end {}/{}, signal pool {} created, high water {}, {} waits; {} interceptor calls, mean {} ns; thread CPU completion {} ns, writer {} ns per dispatch, {} dispatches and {} copies retired and {} records written by waiting app threads; interceptor clock: {}",
             t0.elapsed(),
             phases.device,
             phases.threads,
@@ -335,6 +335,7 @@ impl Session {
                 .counters()
                 .completions_lent
                 .load(Ordering::Relaxed),
+            self.engine.counters().copies_lent.load(Ordering::Relaxed),
             self.engine.counters().lent.load(Ordering::Relaxed),
             if rprof_abi::clock::fast_clock_enabled() {
                 format!(
