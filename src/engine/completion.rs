@@ -746,9 +746,9 @@ impl<S: DispatchSignal> Engine<S> {
     }
 
     /// Sleeps while lenders make the passes: up to `lender_nap`, woken by an
-    /// interceptor that waits for this thread, a traced copy (which only
-    /// this thread polls), shutdown, or the last lender leaving
-    /// ([`Lending`]'s drop).
+    /// interceptor that waits for this thread, a traced copy (lenders poll
+    /// copies only between the slices of their waits), shutdown, or the
+    /// last lender leaving ([`Lending`]'s drop).
     fn sleep_while_lent(&self, sleeper: &Sleeper<'_>) {
         sleeper.sleep(SleepKind::Backoff, self.options.lender_nap, || {
             self.urgent.load(Ordering::Acquire) || !self.lenders_cover()

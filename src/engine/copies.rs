@@ -1,7 +1,8 @@
 //! Asynchronous memory copies (`--memory-copy-trace`): the tool's copy
 //! hooks hand each call to [`Engine::trace_copy`], which gives the copy a
 //! correlation id and a pooled signal in place of the app's completion
-//! signal; the completion thread sees the pooled signal complete, reads the
+//! signal; the completion thread (or an app thread lending its wait,
+//! [`Engine::lend_completion`]) sees the pooled signal complete, reads the
 //! copy's start and end ([`CompletionBackend::copy_time`]), decrements the
 //! app's signal once ([`CompletionBackend::forward`], as the copy engine
 //! would have) and hands a [`MemoryCopyRecord`] to the writer.

@@ -8,8 +8,9 @@
 //! describing each call as a [`MemoryCopyRecord`] (agents, direction,
 //! bytes). The engine ([`rprof_core::engine::Engine::trace_copy`]) gives
 //! the copy its id and a pooled signal in place of the app's completion
-//! signal; rprof's completion thread completes the app's signal once the
-//! copy is done (decremented by 1, as the copy engine would have). Each hook
+//! signal; rprof's completion thread, or an app thread lending its wait,
+//! completes the app's signal once the copy is done (decremented by 1, as
+//! the copy engine would have). Each hook
 //! degrades to exactly the runtime's call with the app's arguments on any
 //! internal failure. Must not wait for copies (the completion thread and
 //! the flush do).
