@@ -3382,7 +3382,8 @@ fn an_interceptor_short_of_signals_wakes_the_thread_a_lender_stands_in_for() {
 }
 
 /// A traced copy wakes the completion thread even while an app thread
-/// lends: only that thread polls copies and gives the app its signal.
+/// lends: a lender polls copies only between the slices of its wait (and
+/// this one never lends), so the thread gives the app its signal.
 #[test]
 fn a_copy_is_completed_while_a_lender_stands_in_for_the_thread() {
     let h = Harness::with_options(lender_nap_options(8), Names::default());
