@@ -252,7 +252,8 @@ impl<S: DispatchSignal> Engine<S> {
                 }
             }
             // The app waits for each copy's signal, which this thread
-            // completes: copies in flight make the rest latency-bound.
+            // completes (a lending app thread too, but only between its
+            // wait's slices): copies in flight make the rest latency-bound.
             let scan = Scan {
                 latency_bound: turn.scan.latency_bound || !job.copies.is_empty(),
                 ..turn.scan

@@ -3551,22 +3551,15 @@ fn a_lender_queues_no_more_records_than_half_the_queue_takes() {
 /// started 3.5-7.9 ms after it. Copies count against the lender's budget.
 #[test]
 fn a_lender_retires_finished_copies_and_completes_the_apps_signals() {
-    let engine = Engine::<FakeSignal>::new(EngineOptions {
-        record_queue: 64,
-        ..EngineOptions::default()
-    });
-    let signals = Signals::new();
+    let (engine, backend) = finished_without_a_completion_thread(64, 0);
+    let signals = backend.signals.clone();
     let pool = FakePool::new(signals.clone(), 8);
-    let backend = FakeBackend {
-        signals: signals.clone(),
-    };
     let apps = [2500u64, 2501, 2502];
     let mut ours = Vec::new();
     for app in apps {
         signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
         engine.trace_copy(&pool, app, h2d(64), |s| ours.push(s), |_| true);
     }
-    engine.set_up_completion_job();
     // The first two copies finished; the third still runs.
     for &s in &ours[..2] {
         signals.value[Signals::idx(s)].store(0, Ordering::SeqCst);
