@@ -12,7 +12,9 @@
 //! between slices the thread retires finished dispatches in the completion
 //! thread's place ([`Engine::lend_completion`]) and writes queued records in
 //! the writer's place ([`Engine::lend_writer`]), a few at a time, reading
-//! the app's signal between them; never a record that could make a sink
+//! the app's signal between them (slices of 200 µs, or 5 µs while traced
+//! memory copies wait for rprof to forward their completion to the app's
+//! signals); never a record that could make a sink
 //! write its file (the writer thread does all file I/O, so a hung file
 //! system never holds the app). What it changes for the app: a wait whose
 //! signal is set meanwhile returns up to one pass and one chunk later
@@ -57,6 +59,26 @@ static ORIGINALS: OnceLock<Originals> = OnceLock::new();
 /// runtime counts nanoseconds (ROCr on Linux); only how often the thread
 /// looks for records depends on it.
 const SLICE_TICKS: u64 = 200_000;
+/// One slice while traced memory copies are in flight: 5 µs. A traced
+/// copy completes rprof's signal, and the app's signal only when rprof
+/// forwards it (the app's wait, or a kernel of the app that the device
+/// holds back until the copy is done, waits for that forward), so a
+/// waiting app thread looks for finished copies this often. On the
+/// emulated GPU (ROCr 6.4.3, HIP's memcpy_mix, 80 copies) the kernel
+/// phase's added time went from +7.9 ms with 200 µs slices to +2.6 ms at
+/// 20 µs and +0.5 ms at 5 µs (command processor at real-time priority, as
+/// a GPU that needs no host core; docs/performance.md).
+const COPY_SLICE_TICKS: u64 = 5_000;
+
+/// The next slice's length, in the runtime's timeout ticks: short while
+/// `copies_in_flight` traced copies wait for their forward.
+fn slice_ticks(copies_in_flight: u64) -> u64 {
+    if copies_in_flight > 0 {
+        COPY_SLICE_TICKS
+    } else {
+        SLICE_TICKS
+    }
+}
 /// Records written between two reads of the app's signal (about 1 µs
 /// each): what lending can add to a wait whose signal is set meanwhile.
 const CHUNK: usize = 16;
@@ -152,6 +174,7 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
         // SAFETY: the runtime's own wait with the app's arguments, but a
         // slice's timeout (the app asked for none).
         |slice| unsafe { original(signal, condition, compare, slice, wait_state) },
+        || slice_ticks(session.engine.copies_in_flight()),
         // SAFETY: a relaxed read of the signal the app waits on.
         || unsafe { load(signal) },
         // Finished dispatches retired here become records written here. A
@@ -168,19 +191,21 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
 }
 
 /// A wait without timeout as slices of `wait` (the runtime's wait with the
-/// given timeout, returning the value it saw), with `lend` (records
-/// written, 0 when there were none to write) called between slices while
-/// `load` finds the condition unmet. Returns what the last slice returned:
-/// the runtime's own answer, with its memory ordering.
+/// given timeout, returning the value it saw), each as long as `slice`
+/// says when it begins, with `lend` (records written, 0 when there were
+/// none to write) called between slices while `load` finds the condition
+/// unmet. Returns what the last slice returned: the runtime's own answer,
+/// with its memory ordering.
 fn sliced_wait(
     mut wait: impl FnMut(u64) -> hsa_signal_value_t,
+    mut slice: impl FnMut() -> u64,
     mut load: impl FnMut() -> hsa_signal_value_t,
     mut lend: impl FnMut() -> usize,
     condition: hsa_signal_condition_t,
     compare: hsa_signal_value_t,
 ) -> hsa_signal_value_t {
     loop {
-        let value = wait(SLICE_TICKS);
+        let value = wait(slice());
         if satisfied(condition, value, compare) {
             return value;
         }
@@ -230,6 +255,7 @@ mod tests {
                 }
                 value.get()
             },
+            || SLICE_TICKS,
             || value.get(),
             || {
                 let n = per_lend.min(left.get());
@@ -267,6 +293,7 @@ mod tests {
                 waits.set(waits.get() + 1);
                 value.get()
             },
+            || SLICE_TICKS,
             || value.get(),
             || {
                 lends.set(lends.get() + 1);
@@ -279,6 +306,44 @@ mod tests {
             1,
         );
         assert_eq!((got, lends.get(), waits.get()), (0, 3, 2));
+    }
+
+    #[test]
+    fn slices_are_short_while_copies_are_in_flight() {
+        assert_eq!(slice_ticks(0), SLICE_TICKS);
+        assert_eq!(slice_ticks(1), COPY_SLICE_TICKS);
+        assert_eq!(slice_ticks(4096), COPY_SLICE_TICKS);
+    }
+
+    #[test]
+    fn each_slice_is_as_long_as_the_copies_in_flight_say_when_it_begins() {
+        // Two copies in flight for the first two slices, none after; the
+        // device sets the signal in the fourth slice.
+        let value = Cell::new(1i64);
+        let slices = std::cell::RefCell::new(Vec::new());
+        let copies = Cell::new(2u64);
+        let got = sliced_wait(
+            |ticks| {
+                slices.borrow_mut().push(ticks);
+                if slices.borrow().len() == 2 {
+                    copies.set(0);
+                }
+                if slices.borrow().len() == 4 {
+                    value.set(0);
+                }
+                value.get()
+            },
+            || slice_ticks(copies.get()),
+            || value.get(),
+            || 0,
+            HSA_SIGNAL_CONDITION_LT,
+            1,
+        );
+        assert_eq!(got, 0);
+        assert_eq!(
+            *slices.borrow(),
+            [COPY_SLICE_TICKS, COPY_SLICE_TICKS, SLICE_TICKS, SLICE_TICKS]
+        );
     }
 
     #[test]
