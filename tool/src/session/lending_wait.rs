@@ -79,6 +79,7 @@ fn slice_ticks(copies_in_flight: u64) -> u64 {
         SLICE_TICKS
     }
 }
+
 /// Records written between two reads of the app's signal (about 1 µs
 /// each): what lending can add to a wait whose signal is set meanwhile.
 const CHUNK: usize = 16;
