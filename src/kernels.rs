@@ -282,10 +282,56 @@ pub fn demangle(symbol: &str) -> String {
     if !symbol.starts_with("_Z") {
         return symbol.to_string();
     }
-    cpp_demangle::Symbol::new(symbol.as_bytes())
-        .ok()
-        .and_then(|sym| sym.demangle().ok())
+    let plain = |s: &str| {
+        cpp_demangle::Symbol::new(s.as_bytes())
+            .ok()?
+            .demangle()
+            .ok()
+    };
+    plain(symbol)
+        .or_else(|| plain(&without_builtin_param_decls(symbol)?))
         .unwrap_or_else(|| symbol.to_string())
+}
+
+/// `symbol` without the template parameter declarations of a built-in type
+/// that clang (17 and later) writes in front of some template arguments,
+/// `Tn` and the type: `TnDa` for an `auto` non-type parameter, as in
+/// rocRAND's and rocPRIM's kernels (`kernel_wrapper<auto Kernel, ...>`).
+/// The demangler (cpp_demangle 0.5) refuses the whole symbol over them;
+/// LLVM's prints nothing for them, so the symbol without them demangles to
+/// LLVM's text. Only built-in types are taken out: they never enter the
+/// substitution table, so the `S_` references after them keep their
+/// meaning. `None` when there is none. Used only on a symbol the demangler
+/// refused as it is (a `Tn` inside an identifier is then left alone).
+fn without_builtin_param_decls(symbol: &str) -> Option<String> {
+    let bytes = symbol.as_bytes();
+    let mut kept = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(b"Tn") {
+            if let Some(len) = builtin_type_len(&bytes[i + 2..]) {
+                i += 2 + len;
+                continue;
+            }
+        }
+        kept.push(bytes[i]);
+        i += 1;
+    }
+    if kept.len() == bytes.len() {
+        return None;
+    }
+    String::from_utf8(kept).ok()
+}
+
+/// The length of the Itanium `<builtin-type>` code `rest` starts with (one
+/// letter, or `D` and a letter), if it starts with one.
+fn builtin_type_len(rest: &[u8]) -> Option<usize> {
+    match rest {
+        [b'v' | b'w' | b'b' | b'c' | b'a' | b'h' | b's' | b't' | b'i' | b'j' | b'l' | b'm'
+        | b'x' | b'y' | b'n' | b'o' | b'f' | b'd' | b'e' | b'g' | b'z', ..] => Some(1),
+        [b'D', b'd' | b'e' | b'f' | b'h' | b'i' | b's' | b'u' | b'a' | b'c' | b'n', ..] => Some(2),
+        _ => None,
+    }
 }
 
 /// The base name of a kernel symbol, read from the demangler's parse: the
@@ -300,17 +346,20 @@ pub fn base_name(symbol: &str) -> String {
     if !symbol.starts_with("_Z") {
         return symbol.to_string();
     }
-    let Ok(sym) = cpp_demangle::Symbol::new(symbol.as_bytes()) else {
-        return symbol.to_string();
+    let name_of = |s: &str| {
+        let sym = cpp_demangle::Symbol::new(s.as_bytes()).ok()?;
+        let options = cpp_demangle::DemangleOptions::new()
+            .no_params()
+            .no_return_type();
+        let mut name = OutsideTemplateArgs::default();
+        match sym.structured_demangle(&mut name, &options) {
+            Ok(()) if !name.name().is_empty() => Some(name.name().to_string()),
+            _ => None,
+        }
     };
-    let options = cpp_demangle::DemangleOptions::new()
-        .no_params()
-        .no_return_type();
-    let mut name = OutsideTemplateArgs::default();
-    match sym.structured_demangle(&mut name, &options) {
-        Ok(()) if !name.name().is_empty() => name.name().to_string(),
-        _ => symbol.to_string(),
-    }
+    name_of(symbol)
+        .or_else(|| name_of(&without_builtin_param_decls(symbol)?))
+        .unwrap_or_else(|| symbol.to_string())
 }
 
 /// A [`cpp_demangle::DemangleWrite`] that keeps the text written outside
@@ -399,6 +448,40 @@ mod tests {
             assert_eq!(demangle(symbol), demangled, "{symbol}");
             assert_eq!(base_name(symbol), base, "{symbol}");
         }
+    }
+
+    /// rocRAND's Philox kernel as Debian sid's rocRAND (ROCm 6.4) names it:
+    /// an `auto` template parameter declared as `TnDa`. The expected text
+    /// is `llvm-cxxfilt-21`'s, with the space the demangler writes between
+    /// two closing `>` (as in every name rprof demangles).
+    const ROCRAND_PHILOX: &str = "_ZN12rocrand_impl6system6detail14kernel_wrapperITnDaXadL_ZNS_4host15generate_philoxIfNS3_20uniform_distributionIfjEEEEv4dim3S7_S7_S7_NS3_27philox4x32_10_device_engineEPT_mT0_EENS3_23default_config_providerIL16rocrand_rng_type404EEEfLb0EJS8_PfmS6_EEEvDpT3_";
+
+    #[test]
+    fn clangs_template_parameter_declarations_of_built_in_types_are_demangled() {
+        check(&[
+            (
+                ROCRAND_PHILOX,
+                "void rocrand_impl::system::detail::kernel_wrapper<&void rocrand_impl::host::generate_philox<float, rocrand_impl::host::uniform_distribution<float, unsigned int> >(dim3, dim3, dim3, dim3, rocrand_impl::host::philox4x32_10_device_engine, float*, unsigned long, rocrand_impl::host::uniform_distribution<float, unsigned int>), rocrand_impl::host::default_config_provider<(rocrand_rng_type)404>, float, false, rocrand_impl::host::philox4x32_10_device_engine, float*, unsigned long, rocrand_impl::host::uniform_distribution<float, unsigned int> >(rocrand_impl::host::philox4x32_10_device_engine, float*, unsigned long, rocrand_impl::host::uniform_distribution<float, unsigned int>)",
+                "rocrand_impl::system::detail::kernel_wrapper",
+            ),
+            // template <int N> void k(); k<3>() declared with its type: `Tni`.
+            ("_Z1kITniLi3EEvv", "void k<3>()", "k"),
+        ]);
+    }
+
+    #[test]
+    fn only_built_in_template_parameter_declarations_are_taken_out() {
+        assert_eq!(
+            without_builtin_param_decls("_Z1kITnDaLi3ETniLi4EEvv").as_deref(),
+            Some("_Z1kILi3ELi4EEvv")
+        );
+        // A declared class type would enter the substitution table: such a
+        // symbol stays as it is.
+        assert_eq!(without_builtin_param_decls("_Z1kITn1SLi3EEvv"), None);
+        assert_eq!(demangle("_Z1kITn1SLi3EEvv"), "_Z1kITn1SLi3EEvv");
+        // "Tn" inside a name the demangler reads as it is: never touched.
+        assert_eq!(demangle("_Z4xTnav"), "xTna()");
+        assert_eq!(base_name("_Z4xTnav"), "xTna");
     }
 
     #[test]
