@@ -25,6 +25,18 @@ jobs="${HIP_TESTS_JOBS:-2}"
 EMULATED_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx942 gfx1030 gfx1100"
 REQUIRED_ARCH=gfx90a
 PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc)
+# Programs on a ROCm library: built with that library when its header is installed
+# (scripts/setup.sh and every runtime root install rocRAND), skipped with a note otherwise.
+LIBRARY_PROGRAMS=(rocrand_gen)
+declare -A LIBRARY_HEADER=([rocrand_gen]=/usr/include/rocrand/rocrand.h)
+declare -A LIBRARY_LINK=([rocrand_gen]=-lrocrand)
+for prog in "${LIBRARY_PROGRAMS[@]}"; do
+    if [[ -f "${LIBRARY_HEADER[$prog]}" ]]; then
+        PROGRAMS+=("$prog")
+    else
+        echo "hip-tests: skipping $prog (no ${LIBRARY_HEADER[$prog]}; bash scripts/setup.sh installs it)" >&2
+    fi
+done
 
 if ! command -v "$hipcc" >/dev/null 2>&1; then
     echo "hip-tests: '$hipcc' not found: install Debian's hipcc, libamdhip64-dev and rocm-device-libs" \
@@ -92,7 +104,9 @@ build_one() {
     fi
     echo "hip-tests: building $prog ($archs)"
     local tmp="$bin.tmp.$$"
-    if ! "$hipcc" "${flags[@]}" -o "$tmp" "$src" >"$out/.$prog.log" 2>&1; then
+    local link=()
+    if [[ -n "${LIBRARY_LINK[$prog]:-}" ]]; then link=("${LIBRARY_LINK[$prog]}"); fi
+    if ! "$hipcc" "${flags[@]}" -o "$tmp" "$src" "${link[@]}" >"$out/.$prog.log" 2>&1; then
         cat "$out/.$prog.log" >&2
         rm -f "$tmp"
         echo "hip-tests: FAILED to build $prog" >&2
