@@ -39,16 +39,76 @@ const VICTIM: &str = "rprof-victim";
 const ATTACKER: &str = "rprof-attacker";
 const GROUP: &str = "rprof-shared";
 
+/// Where the scratch directories go: under /tmp, visible inside every
+/// runtime root. Named `rprof-sec-<pid of this test binary>-<label>-XXXXXX`.
+const SCRATCH_PREFIX: &str = "rprof-sec-";
+
 /// A fresh directory under /tmp (visible inside every runtime root), made
-/// with mkdtemp(1) and opened to everyone to traverse.
+/// with mkdtemp(1) and opened to everyone to traverse. The first call
+/// removes the scratch directories of earlier runs whose process is gone:
+/// the installed prefix alone is ~120 MB, read-only, and shared by the
+/// tests through a static, so nothing can remove it when they end (83 of
+/// them had piled up on a developer machine, 10 GB).
 fn scratch(label: &str) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(remove_stale_scratch);
+    let pid = std::process::id();
     let o = run_checked(
-        Command::new("mktemp").args(["-d", &format!("/tmp/rprof-sec-{label}-XXXXXX")]),
+        Command::new("mktemp").args(["-d", &format!("/tmp/{SCRATCH_PREFIX}{pid}-{label}-XXXXXX")]),
         "mktemp",
     );
     let dir = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
     std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o755)).unwrap();
     dir
+}
+
+/// Removes `/tmp/rprof-sec-<pid>-*` directories whose test process no
+/// longer runs (made writable first: the prefix is read-only). Those of a
+/// run still going (another runtime's suite in parallel) stay.
+fn remove_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_scratch_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        let _ = Command::new("chmod")
+            .args(["-R", "u+w"])
+            .arg(&path)
+            .status();
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// The test process of a scratch directory's name, `None` for any other name.
+fn stale_scratch_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(SCRATCH_PREFIX)?;
+    let (pid, label) = rest.split_once('-')?;
+    if label.is_empty() {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+#[test]
+fn scratch_names_carry_the_pid_of_their_test_process() {
+    assert_eq!(
+        stale_scratch_pid("rprof-sec-4242-prefix-AbC123"),
+        Some(4242)
+    );
+    assert_eq!(stale_scratch_pid("rprof-sec-prefix-AbC123"), None);
+    assert_eq!(stale_scratch_pid("rprof-sec-4242-"), None);
+    assert_eq!(stale_scratch_pid("rprof-other-4242-x"), None);
+    let dir = scratch("pid-check");
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(stale_scratch_pid(&name), Some(std::process::id()));
+    std::fs::remove_dir(&dir).unwrap();
 }
 
 /// `scripts/install.sh --profile <the tests' profile> --no-build PREFIX`
