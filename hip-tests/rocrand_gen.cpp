@@ -8,7 +8,7 @@
 // templates, on ROCm 6.4 with clang's `auto` parameter declarations), so this
 // program prints no LAUNCHED report: the tests count the dispatches the
 // emulated GPU ran instead (RPROF_EMU_EVENT_REPORT).
-// Prints `GENERATED calls=<CALLS> generators=4 numbers=<total>`.
+// Prints `GENERATED pid=<pid> calls=<CALLS> generators=4 numbers=<total>`.
 #include "common.h"
 
 #include <rocrand/rocrand.h>
@@ -43,6 +43,6 @@ int main(int argc, char** argv) {
         ROCRAND_CHECK(rocrand_destroy_generator(gen));
     }
     HIP_CHECK(hipFree(out));
-    std::printf("GENERATED calls=%d generators=4 numbers=%zu\n", calls, total);
+    std::printf("GENERATED pid=%d calls=%d generators=4 numbers=%zu\n", (int)getpid(), calls, total);
     return 0;
 }
