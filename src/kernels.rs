@@ -288,9 +288,14 @@ pub fn demangle(symbol: &str) -> String {
             .demangle()
             .ok()
     };
-    plain(symbol)
-        .or_else(|| plain(&without_builtin_param_decls(symbol)?))
-        .unwrap_or_else(|| symbol.to_string())
+    read_symbol(symbol, plain).unwrap_or_else(|| symbol.to_string())
+}
+
+/// What `read` makes of `symbol`, or, if it refuses it, of the symbol
+/// without clang's template parameter declarations of a built-in type
+/// ([`without_builtin_param_decls`]).
+fn read_symbol<T>(symbol: &str, read: impl Fn(&str) -> Option<T>) -> Option<T> {
+    read(symbol).or_else(|| read(&without_builtin_param_decls(symbol)?))
 }
 
 /// `symbol` without the template parameter declarations of a built-in type
@@ -357,9 +362,7 @@ pub fn base_name(symbol: &str) -> String {
             _ => None,
         }
     };
-    name_of(symbol)
-        .or_else(|| name_of(&without_builtin_param_decls(symbol)?))
-        .unwrap_or_else(|| symbol.to_string())
+    read_symbol(symbol, name_of).unwrap_or_else(|| symbol.to_string())
 }
 
 /// A [`cpp_demangle::DemangleWrite`] that keeps the text written outside
