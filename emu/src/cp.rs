@@ -149,6 +149,41 @@ pub struct CpStats {
     pub sdma_copies: AtomicU64,
     /// The device's timeline of kernel dispatches (for the exit report).
     pub timeline: Timeline,
+    /// Every kernel object the command processor looked up, with its launches (for the exit report: what the
+    /// device ran, per kernel, independently of any tool). Appended on a lookup-cache miss only; an object looked
+    /// up again after its cache entry was dropped appears twice (the report adds them up).
+    pub kernels: Mutex<Vec<std::sync::Arc<KernelLaunches>>>,
+}
+
+impl CpStats {
+    /// Launches per kernel object, as `(object, symbol, launches)` in object order (entries of one object added
+    /// up; objects looked up but never launched left out).
+    pub fn kernel_launches(&self) -> Vec<(u64, Option<String>, u64)> {
+        let kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut per_object: std::collections::BTreeMap<u64, (Option<String>, u64)> =
+            Default::default();
+        for k in kernels.iter() {
+            let e = per_object.entry(k.object).or_insert((k.symbol.clone(), 0));
+            e.1 += k.launches.load(Ordering::Relaxed);
+        }
+        per_object
+            .into_iter()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(object, (symbol, n))| (object, symbol, n))
+            .collect()
+    }
+}
+
+/// One kernel object's launches on the device.
+#[derive(Debug)]
+pub struct KernelLaunches {
+    /// The kernel object (the dispatch packet's `kernel_object`).
+    pub object: u64,
+    /// Its symbol, from the code object in tracked memory that holds it (`None`: none does, as for the runtime's
+    /// own blit kernels).
+    pub symbol: Option<String>,
+    /// Dispatches of it the command processor launched.
+    pub launches: AtomicU64,
 }
 
 /// When the device ran kernels: written by the command processor alone (relaxed stores), read at exit for
@@ -521,6 +556,8 @@ struct KernelInfo {
     name: Option<String>,
     host: Option<HostKernel>,
     duration_override: Option<u64>,
+    /// Its launch count, also listed in [`CpStats::kernels`].
+    launches: std::sync::Arc<KernelLaunches>,
 }
 
 struct CpThread {
@@ -1015,7 +1052,19 @@ impl CpThread {
             return k.clone();
         }
         let name = kernel_symbol(&self.emu.memory, object);
+        let launches = std::sync::Arc::new(KernelLaunches {
+            object,
+            symbol: name.clone(),
+            launches: AtomicU64::new(0),
+        });
+        self.cp
+            .stats
+            .kernels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(launches.clone());
         let info = std::sync::Arc::new(KernelInfo {
+            launches,
             host: self.emu.host_kernels.lookup(object, name.as_deref()),
             duration_override: self.emu.config.kernel_override(object, name.as_deref()),
             range_serial: self
@@ -1060,6 +1109,7 @@ impl CpThread {
             return Launch::Stalled;
         }
         let info = self.kernel_info(p.kernel_object);
+        info.launches.launches.fetch_add(1, Ordering::Relaxed);
         if let Some(h) = info.host {
             // SAFETY: the registrant promised a function with this signature; it gets a copy of the packet and the
             // packet's kernarg pointer, exactly what a real kernel would see.
@@ -1202,6 +1252,29 @@ enum Launch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_adds_up_an_objects_entries_and_leaves_out_unlaunched_ones() {
+        let stats = CpStats::default();
+        let entry = |object, symbol: Option<&str>, n| {
+            std::sync::Arc::new(KernelLaunches {
+                object,
+                symbol: symbol.map(str::to_owned),
+                launches: AtomicU64::new(n),
+            })
+        };
+        stats.kernels.lock().unwrap().extend([
+            entry(0x2000, Some("_Z1bv"), 2),
+            entry(0x1000, None, 1),
+            entry(0x3000, Some("_Z1cv"), 0),
+            // Looked up again after its cache entry was dropped.
+            entry(0x2000, Some("_Z1bv"), 3),
+        ]);
+        assert_eq!(
+            stats.kernel_launches(),
+            [(0x1000, None, 1), (0x2000, Some("_Z1bv".to_owned()), 5)]
+        );
+    }
 
     #[test]
     fn the_timeline_counts_the_union_of_kernels_and_the_gaps_between() {

@@ -123,6 +123,20 @@ extern "C" fn write_event_report() {
                 )
                 })
                 .collect::<String>();
+        // What the device ran, per kernel object: `kernel_object=0x... launches=N symbol=NAME` (`-` when no
+        // code object in tracked memory names it).
+        let text = text
+            + &e.cp
+                .stats
+                .kernel_launches()
+                .into_iter()
+                .map(|(object, symbol, n)| {
+                    format!(
+                        "kernel_object={object:#x} launches={n} symbol={}\n",
+                        symbol.as_deref().unwrap_or("-")
+                    )
+                })
+                .collect::<String>();
         if let Err(err) = std::fs::write(path, text) {
             eprintln!(
                 "rprof-emu: cannot write EVENT_REPORT {}: {err}",

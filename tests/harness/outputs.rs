@@ -907,3 +907,87 @@ pub fn compiler_resources(src: &Path, mcpu: &str) -> BTreeMap<String, CompilerRe
     );
     kernels
 }
+
+/// One kernel object the emulated GPU launched, from its exit report
+/// (`RPROF_EMU_EVENT_REPORT`, a `kernel_object=0x.. launches=N symbol=S`
+/// line each): what the device ran, counted by the device, independently of
+/// rprof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceKernel {
+    /// Launches of it.
+    pub launches: u64,
+    /// Its symbol, `None` where no code object in the emulator's tracked
+    /// memory names it (the runtime's own blit kernels on ROCr 5.2 and 6.1).
+    pub symbol: Option<String>,
+}
+
+/// The kernels of an emulator exit report, by kernel object.
+pub fn device_kernels(report: &str) -> BTreeMap<u64, DeviceKernel> {
+    let mut out = BTreeMap::new();
+    for line in report.lines() {
+        let Some(rest) = line.strip_prefix("kernel_object=0x") else {
+            continue;
+        };
+        let mut fields = rest.splitn(3, ' ');
+        let object = u64::from_str_radix(fields.next().unwrap_or(""), 16)
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let launches = fields
+            .next()
+            .and_then(|f| f.strip_prefix("launches="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}: no launches="));
+        let symbol = fields
+            .next()
+            .and_then(|f| f.strip_prefix("symbol="))
+            .unwrap_or_else(|| panic!("{line}: no symbol="));
+        let symbol = (symbol != "-").then(|| symbol.to_owned());
+        let old = out.insert(object, DeviceKernel { launches, symbol });
+        assert!(
+            old.is_none(),
+            "kernel object {object:#x} twice in the report"
+        );
+    }
+    out
+}
+
+/// Checks the JSON's dispatches against what the device ran: every kernel
+/// object in the JSON was launched by the device exactly as often, under the
+/// same symbol; every other kernel object the device launched has no symbol
+/// (it is the runtime's own code, run on its internal queues, which no tool
+/// of the API tables sees). Returns the launches of those.
+pub fn check_against_device(facts: &TraceFacts, report: &str) -> u64 {
+    let device = device_kernels(report);
+    let mut traced: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for d in facts.json["kernel_dispatches"]
+        .as_array()
+        .expect("kernel_dispatches")
+    {
+        let object = d["kernel_object"].as_u64().expect("kernel_object");
+        let symbol = d["symbol_name"].as_str().expect("symbol_name");
+        let e = traced.entry(object).or_insert((0, symbol.to_owned()));
+        assert_eq!(e.1, symbol, "two symbols for kernel object {object:#x}");
+        e.0 += 1;
+    }
+    for (object, (count, symbol)) in &traced {
+        let ran = device
+            .get(object)
+            .unwrap_or_else(|| panic!("{symbol} ({object:#x}) traced but never run: {device:#?}"));
+        assert_eq!(
+            (ran.launches, ran.symbol.as_deref()),
+            (*count, Some(symbol.as_str())),
+            "kernel object {object:#x}: the device's launches and symbol against the trace's"
+        );
+    }
+    let mut internal = 0;
+    for (object, k) in &device {
+        if !traced.contains_key(object) {
+            assert_eq!(
+                k.symbol, None,
+                "the device ran {object:#x} {} times, the trace has none",
+                k.launches
+            );
+            internal += k.launches;
+        }
+    }
+    internal
+}
