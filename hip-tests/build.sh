@@ -26,10 +26,13 @@ EMULATED_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx942 gfx1030 gfx1100"
 REQUIRED_ARCH=gfx90a
 PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc)
 # Programs on a ROCm library: built with that library when its header is installed
-# (scripts/setup.sh and every runtime root install rocRAND), skipped with a note otherwise.
-LIBRARY_PROGRAMS=(rocrand_gen)
-declare -A LIBRARY_HEADER=([rocrand_gen]=/usr/include/rocrand/rocrand.h)
+# (scripts/setup.sh and every runtime root install rocRAND and rocPRIM), skipped with a note otherwise.
+LIBRARY_PROGRAMS=(rocrand_gen rocprim_ops)
+declare -A LIBRARY_HEADER=([rocrand_gen]=/usr/include/rocrand/rocrand.h [rocprim_ops]=/usr/include/rocprim/rocprim.hpp)
 declare -A LIBRARY_LINK=([rocrand_gen]=-lrocrand)
+# Programs built for the emulated GPU's default ISA alone: rocPRIM's templates take ~10 s of
+# compiling per ISA, and only the tests' default device runs them.
+declare -A REQUIRED_ARCH_ONLY=([rocprim_ops]=1)
 for prog in "${LIBRARY_PROGRAMS[@]}"; do
     if [[ -f "${LIBRARY_HEADER[$prog]}" ]]; then
         PROGRAMS+=("$prog")
@@ -85,7 +88,8 @@ supported_archs() {
 archs="${HIP_TESTS_ARCHS:-$(supported_archs)}"
 archs="${archs% }"
 
-flags=(-std=c++17 -O2 -Wall -Wextra)
+base_flags=(-std=c++17 -O2 -Wall -Wextra)
+flags=("${base_flags[@]}")
 for a in $archs; do flags+=("--offload-arch=$a"); done
 # What the binaries depend on besides their source: flags, compiler, this script, common.h.
 signature="$(
@@ -102,11 +106,16 @@ build_one() {
     if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return 0
     fi
-    echo "hip-tests: building $prog ($archs)"
+    local prog_flags=("${flags[@]}") prog_archs="$archs"
+    if [[ -n "${REQUIRED_ARCH_ONLY[$prog]:-}" ]]; then
+        prog_flags=("${base_flags[@]}" "--offload-arch=$REQUIRED_ARCH")
+        prog_archs="$REQUIRED_ARCH"
+    fi
+    echo "hip-tests: building $prog ($prog_archs)"
     local tmp="$bin.tmp.$$"
     local link=()
     if [[ -n "${LIBRARY_LINK[$prog]:-}" ]]; then link=("${LIBRARY_LINK[$prog]}"); fi
-    if ! "$hipcc" "${flags[@]}" -o "$tmp" "$src" "${link[@]}" >"$out/.$prog.log" 2>&1; then
+    if ! "$hipcc" "${prog_flags[@]}" -o "$tmp" "$src" "${link[@]}" >"$out/.$prog.log" 2>&1; then
         cat "$out/.$prog.log" >&2
         rm -f "$tmp"
         echo "hip-tests: FAILED to build $prog" >&2

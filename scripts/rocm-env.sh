@@ -34,8 +34,9 @@ if [ $# -gt 0 ]; then
 fi
 
 # What each root holds: the runtime and its headers, HIP and hipcc (with the AMDGPU clang it depends on), the
-# device libraries, a C++ compiler, rocminfo, and a ROCm library (rocRAND) to test on code we did not write.
-common=(libhsa-runtime64-1 libhsa-runtime-dev hipcc libamdhip64-dev g++ make rocminfo librocrand-dev)
+# device libraries, a C++ compiler, rocminfo, and two ROCm libraries to test on code we did not write: rocRAND
+# (a shared library) and rocPRIM (header-only: its kernels compile into the test program).
+common=(libhsa-runtime64-1 libhsa-runtime-dev hipcc libamdhip64-dev g++ make rocminfo librocrand-dev librocprim-dev)
 # The ROCTx library Debian ships (roctracer's libroctx64, 5.7.1 in trixie, 6.4.1 in sid), for the marker trace
 # of apps linked to it (tests/marker_trace.rs); Debian 12 has none for 5.2.
 roctx=(libroctx64-4 libroctx-dev)

@@ -3,8 +3,8 @@
 # machine: the real ROCr/HIP 5.2.3 runtime and headers, the thunk headers
 # (for hsa-sys layout tests), hipcc + device libraries, clang-15 with the
 # AMDGPU target (test kernels, bindgen), valgrind, Open MPI's mpirun (the
-# launcher test, 7 MB), rocRAND (a ROCm library traced by the tests: code
-# not written here), the Python `perfetto`
+# launcher test, 7 MB), rocRAND and rocPRIM (ROCm libraries traced by the
+# tests: code not written here), the Python `perfetto`
 # package used by the trace checker, and debootstrap, with which
 # scripts/rocm-env.sh builds the ROCm 6.1 and 6.4 roots (scripts/test.sh
 # builds them on first use). Idempotent; run as root (or with sudo).
@@ -13,7 +13,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS=(libhsa-runtime64-1 libhsa-runtime-dev libhsakmt-dev hipcc libamdhip64-dev rocm-device-libs
       clang-15 libclang-15-dev lld-15 g++ python3-pip valgrind pkg-config debootstrap openmpi-bin
-      librocrand-dev)
+      librocrand-dev librocprim-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

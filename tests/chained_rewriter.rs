@@ -169,6 +169,7 @@ fn trace_app_chained(label: &str, args: &[&str], serialize: bool) -> Vec<CsvDisp
                     count: launched[name],
                     grid: [grid, 1, 1],
                     workgroup: [64, 1, 1],
+                    fixed_geometry: true,
                 },
             );
         }
