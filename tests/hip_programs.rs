@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 
 use harness::artefacts::hip_program;
 use harness::hip::run_traced;
-use harness::outputs::{check_outputs, output_files, single_report, summary, TraceFacts};
+use harness::outputs::{
+    check_against_device, check_outputs, output_files, read_csv, single_report, summary,
+    KernelLaunches, ProcessReport, TraceFacts,
+};
 use harness::run::{number_after, number_before};
 use harness::Runtime;
 
@@ -639,42 +642,8 @@ fn the_runtime_event_thread_sleeps_under_rprof_queues() {
 /// which no tool that works through the API tables sees.
 #[test]
 fn a_rocm_librarys_kernels_are_each_traced_once_under_demangled_names() {
-    use harness::outputs::{check_against_device, read_csv, KernelLaunches, ProcessReport};
-    let label = "rocrand_gen_8";
-    let report = harness::run::fresh_dir("rocrand_gen_8_device").join("device.txt");
-    let report_path = report.to_str().expect("UTF-8 path");
-    let prog = hip_program("rocrand_gen");
-    let run = run_traced(
-        label,
-        &["-o", label],
-        &prog,
-        &["8"],
-        &[
-            ("RPROF_EMU_SDMA", "1"),
-            ("RPROF_EMU_EVENT_REPORT", report_path),
-        ],
-    );
-    run.assert_success();
-    assert!(
-        run.stdout.contains(" calls=8 generators=4 numbers=2097152"),
-        "{}",
-        run.stdout
-    );
-    let pid = number_after(&run.stdout, "GENERATED pid=").expect("GENERATED pid=");
-
-    let rows = read_csv(&run.dir.join(format!("{label}_kernel_trace.csv")));
-    let mut kernels: BTreeMap<String, KernelLaunches> = BTreeMap::new();
-    for r in &rows {
-        kernels
-            .entry(r.kernel_name.clone())
-            .or_insert(KernelLaunches {
-                count: 0,
-                grid: r.grid,
-                workgroup: r.workgroup,
-                fixed_geometry: true,
-            })
-            .count += 1;
-    }
+    let lib = LibraryRun::new("rocrand_gen", "8", " calls=8 generators=4 numbers=2097152");
+    let kernels = lib.csv_kernels(true);
     let names: Vec<&String> = kernels.keys().collect();
     assert!(
         names.iter().all(|n| !n.starts_with("_Z")),
@@ -706,24 +675,95 @@ fn a_rocm_librarys_kernels_are_each_traced_once_under_demangled_names() {
             (("xorwow", true), 1),
         ]
     );
-    let expected = ProcessReport {
-        pid: u32::try_from(pid).expect("a pid"),
-        rank: None,
-        kernels,
-        total: 34,
-    };
-    let facts = check_outputs(&run.dir, label, &expected);
+    let facts = lib.check(kernels, 34);
     assert_eq!(facts.program_dispatches(), 34);
-    assert_eq!(facts.runtime_kernels, 0);
+}
 
-    // What the device ran, kernel by kernel: the 34 traced, plus (ROCr 5.2
-    // and 6.1) two launches of the runtime's own blit kernel on its internal
-    // queue, which rprof rightly never sees.
-    let device = std::fs::read_to_string(&report).expect("the emulated GPU's report");
-    let internal = check_against_device(&facts, &device);
-    assert_eq!(internal, runtime_blit_launches(), "{device}");
-    let ran = number_after(&device, "\nkernels=").expect("kernels= in the report");
-    assert_eq!(ran, 34 + internal, "kernels the device ran:\n{device}");
+/// A traced run of a hip-tests program on a ROCm library (copy engine on,
+/// so that no copy runs as a kernel), with the emulated GPU's exit report
+/// in a file of its own: the truth for a library whose kernels no program
+/// of ours lists.
+struct LibraryRun {
+    label: String,
+    run: harness::run::Run,
+    /// The pid the program printed after its banner word.
+    pid: u32,
+    device_report: std::path::PathBuf,
+}
+
+impl LibraryRun {
+    /// Runs `prog ARG` and checks that it printed `done` (after its pid).
+    fn new(prog: &str, arg: &str, done: &str) -> Self {
+        let label = format!("{prog}_{arg}");
+        let device_report = harness::run::fresh_dir(&format!("{label}_device")).join("device.txt");
+        let run = run_traced(
+            &label,
+            &["-o", &label],
+            &hip_program(prog),
+            &[arg],
+            &[
+                ("RPROF_EMU_SDMA", "1"),
+                (
+                    "RPROF_EMU_EVENT_REPORT",
+                    device_report.to_str().expect("UTF-8 path"),
+                ),
+            ],
+        );
+        run.assert_success();
+        assert!(run.stdout.contains(done), "{}", run.stdout);
+        let pid = number_after(&run.stdout, " pid=").expect("pid=");
+        LibraryRun {
+            label,
+            pid: u32::try_from(pid).expect("a pid"),
+            run,
+            device_report,
+        }
+    }
+
+    /// The CSV's kernel names with their dispatch counts (geometry: the
+    /// first dispatch's, checked for every launch only if `fixed_geometry`).
+    fn csv_kernels(&self, fixed_geometry: bool) -> BTreeMap<String, KernelLaunches> {
+        let rows = read_csv(
+            &self
+                .run
+                .dir
+                .join(format!("{}_kernel_trace.csv", self.label)),
+        );
+        let mut kernels: BTreeMap<String, KernelLaunches> = BTreeMap::new();
+        for r in &rows {
+            kernels
+                .entry(r.kernel_name.clone())
+                .or_insert(KernelLaunches {
+                    count: 0,
+                    grid: r.grid,
+                    workgroup: r.workgroup,
+                    fixed_geometry,
+                })
+                .count += 1;
+        }
+        kernels
+    }
+
+    /// The shared output checks against `kernels` (`total` dispatches, none
+    /// of the HIP runtime's own), then against the device, kernel object by
+    /// kernel object: all it ran besides them is the runtime's blit kernel.
+    fn check(&self, kernels: BTreeMap<String, KernelLaunches>, total: u64) -> TraceFacts {
+        let expected = ProcessReport {
+            pid: self.pid,
+            rank: None,
+            kernels,
+            total,
+        };
+        let facts = check_outputs(&self.run.dir, &self.label, &expected);
+        assert_eq!(facts.runtime_kernels, 0);
+        let device =
+            std::fs::read_to_string(&self.device_report).expect("the emulated GPU's report");
+        let internal = check_against_device(&facts, &device);
+        assert_eq!(internal, runtime_blit_launches(), "{device}");
+        let ran = number_after(&device, "\nkernels=").expect("kernels= in the report");
+        assert_eq!(ran, total + internal, "kernels the device ran:\n{device}");
+        facts
+    }
 }
 
 /// Launches of the runtime's own (unnamed) blit kernel on its internal
@@ -748,43 +788,9 @@ fn runtime_blit_launches() -> u64 {
 /// times (every call launches the same kernels).
 #[test]
 fn a_header_only_rocm_librarys_kernels_are_each_traced_as_often_as_the_device_ran_them() {
-    use harness::outputs::{check_against_device, read_csv, KernelLaunches, ProcessReport};
     let calls = 3;
-    let label = "rocprim_ops_3";
-    let report = harness::run::fresh_dir("rocprim_ops_3_device").join("device.txt");
-    let report_path = report.to_str().expect("UTF-8 path");
-    let prog = hip_program("rocprim_ops");
-    let run = run_traced(
-        label,
-        &["-o", label],
-        &prog,
-        &["3"],
-        &[
-            ("RPROF_EMU_SDMA", "1"),
-            ("RPROF_EMU_EVENT_REPORT", report_path),
-        ],
-    );
-    run.assert_success();
-    assert!(
-        run.stdout.contains(" calls=3 algorithms=3 items=1048576"),
-        "{}",
-        run.stdout
-    );
-    let pid = number_after(&run.stdout, "COMPUTED pid=").expect("COMPUTED pid=");
-
-    let rows = read_csv(&run.dir.join(format!("{label}_kernel_trace.csv")));
-    let mut kernels: BTreeMap<String, KernelLaunches> = BTreeMap::new();
-    for r in &rows {
-        kernels
-            .entry(r.kernel_name.clone())
-            .or_insert(KernelLaunches {
-                count: 0,
-                grid: r.grid,
-                workgroup: r.workgroup,
-                fixed_geometry: false,
-            })
-            .count += 1;
-    }
+    let lib = LibraryRun::new("rocprim_ops", "3", " calls=3 algorithms=3 items=1048576");
+    let kernels = lib.csv_kernels(false);
     for (name, k) in &kernels {
         assert!(
             name.starts_with("void rocprim::"),
@@ -799,21 +805,8 @@ fn a_header_only_rocm_librarys_kernels_are_each_traced_as_often_as_the_device_ra
             kernels.keys().collect::<Vec<_>>()
         );
     }
-    let total = rows.len() as u64;
-    let expected = ProcessReport {
-        pid: u32::try_from(pid).expect("a pid"),
-        rank: None,
-        kernels,
-        total,
-    };
-    let facts = check_outputs(&run.dir, label, &expected);
-    assert_eq!(facts.runtime_kernels, 0);
-
-    let device = std::fs::read_to_string(&report).expect("the emulated GPU's report");
-    let internal = check_against_device(&facts, &device);
-    assert_eq!(internal, runtime_blit_launches(), "{device}");
-    let ran = number_after(&device, "\nkernels=").expect("kernels= in the report");
-    assert_eq!(ran, total + internal, "kernels the device ran:\n{device}");
+    let total = kernels.values().map(|k| k.count).sum();
+    let facts = lib.check(kernels, total);
     eprintln!(
         "rocPRIM: {total} dispatches under {} names",
         facts.per_name.len()
