@@ -437,10 +437,10 @@ impl TraceFacts {
 /// report of the process that wrote them:
 /// * CSV: header; exactly `count` rows per reported kernel name (so names
 ///   are demangled right) with the reported grid and workgroup sizes (where
-///   fixed); no
-///   other kernels except the HIP runtime's `__amd_rocclr_*`; dispatch ids
-///   exactly 1..=N (unique, none handed out and lost); unique correlation ids;
-///   0 < start <= end; one Kernel_Id per name and one name per Kernel_Id.
+///   fixed); no other kernels except the HIP runtime's `__amd_rocclr_*`;
+///   dispatch ids exactly 1..=N (unique, none handed out and lost); unique
+///   correlation ids; 0 < start <= end; one Kernel_Id per name and one name
+///   per Kernel_Id.
 /// * JSON: the same dispatches (ids, names, times), `metadata.dispatches` =
 ///   N, nothing lost, `run.pid` = the reporting pid.
 /// * Perfetto: the checker passes; N kernel slices with the same per-name
