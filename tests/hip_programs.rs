@@ -767,8 +767,8 @@ impl LibraryRun {
 }
 
 /// Launches of the runtime's own (unnamed) blit kernel on its internal
-/// queue in a HIP program's start-up with the copy engine on: two on ROCr
-/// 5.2.3 and 6.1.2, none from 6.4 on. No API-table tool sees them.
+/// queue in each library program's run, with the copy engine on: two on
+/// ROCr 5.2.3 and 6.1.2, none from 6.4 on. No API-table tool sees them.
 fn runtime_blit_launches() -> u64 {
     match Runtime::selected().version() {
         "6.4" | "7.0" => 0,
