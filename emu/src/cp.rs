@@ -553,10 +553,9 @@ struct NodeInfo {
 struct KernelInfo {
     /// Serial of the tracked range holding the kernel object (None: untracked memory).
     range_serial: Option<u64>,
-    name: Option<String>,
     host: Option<HostKernel>,
     duration_override: Option<u64>,
-    /// Its launch count, also listed in [`CpStats::kernels`].
+    /// Its symbol and launch count, also listed in [`CpStats::kernels`].
     launches: std::sync::Arc<KernelLaunches>,
 }
 
@@ -1052,9 +1051,11 @@ impl CpThread {
             return k.clone();
         }
         let name = kernel_symbol(&self.emu.memory, object);
+        let host = self.emu.host_kernels.lookup(object, name.as_deref());
+        let duration_override = self.emu.config.kernel_override(object, name.as_deref());
         let launches = std::sync::Arc::new(KernelLaunches {
             object,
-            symbol: name.clone(),
+            symbol: name,
             launches: AtomicU64::new(0),
         });
         self.cp
@@ -1065,20 +1066,19 @@ impl CpThread {
             .push(launches.clone());
         let info = std::sync::Arc::new(KernelInfo {
             launches,
-            host: self.emu.host_kernels.lookup(object, name.as_deref()),
-            duration_override: self.emu.config.kernel_override(object, name.as_deref()),
+            host,
+            duration_override,
             range_serial: self
                 .emu
                 .memory
                 .view()
                 .find(object as usize)
                 .map(|r| r.serial),
-            name,
         });
         if self.emu.config.log {
             eprintln!(
                 "rprof-emu: kernel object {object:#x} = {:?} (host implementation: {})",
-                info.name,
+                info.launches.symbol,
                 info.host.is_some()
             );
         }
@@ -1115,7 +1115,7 @@ impl CpThread {
             // packet's kernarg pointer, exactly what a real kernel would see.
             unsafe { (h.func)(p, p.kernarg_address, h.user_data as *mut libc::c_void) };
             self.cp.stats.host_kernels.fetch_add(1, Ordering::Relaxed);
-        } else if let Some(name) = info.name.as_deref() {
+        } else if let Some(name) = info.launches.symbol.as_deref() {
             if name.starts_with("__amd_rocclr_") {
                 self.try_rocclr_blit(name, p);
             }
