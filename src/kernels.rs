@@ -301,7 +301,7 @@ fn read_symbol<T>(symbol: &str, read: impl Fn(&str) -> Option<T>) -> Option<T> {
 /// `symbol` without the template parameter declarations of a built-in type
 /// that clang (17 and later) writes in front of some template arguments,
 /// `Tn` and the type: `TnDa` for an `auto` non-type parameter, as in
-/// rocRAND's and rocPRIM's kernels (`kernel_wrapper<auto Kernel, ...>`).
+/// rocRAND's kernels on ROCm 6.4 (`kernel_wrapper<auto Kernel, ...>`).
 /// The demangler (cpp_demangle 0.5) refuses the whole symbol over them;
 /// LLVM's prints nothing for them, so the symbol without them demangles to
 /// LLVM's text. Only built-in types are taken out: they never enter the
