@@ -92,7 +92,7 @@ pub use completion::Lending;
 pub use copies::CopyInFlight;
 pub use ids::{boottime_ns, current_thread_id, fast_boottime_ns, IdAllocator, IdRange};
 pub use inflight::{CallSummary, GateState, InFlight, QueueContext, SerialGate};
-pub use ring::{hardware_ring_takes, hardware_slots};
+pub use ring::{hardware_ring_takes, hardware_slots, SeenReadIndex};
 pub use rprof_abi::packet::RawPacket;
 pub use writer::{CachedKernelNames, KernelNames, WriterOutcome};
 

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hsa_sys::hsa_queue_t;
-use rprof_core::engine::{hardware_ring_takes, hardware_slots, QueueContext, RawPacket};
+use rprof_core::engine::{
+    hardware_ring_takes, hardware_slots, QueueContext, RawPacket, SeenReadIndex,
+};
 use rprof_core::wait::{Pace, Wait};
 
 use super::{session, Session};
@@ -37,6 +39,9 @@ pub(super) struct QueueState {
     hardware: AtomicPtr<hsa_queue_t>,
     /// The marker that asks for `hardware` was written.
     marker_sent: AtomicBool,
+    /// The highest read index of `hardware` loaded so far: a write that
+    /// fits by it loads none ([`SeenReadIndex`]).
+    hardware_read: SeenReadIndex,
 }
 
 impl QueueState {
@@ -46,6 +51,7 @@ impl QueueState {
             ctx: Arc::new(ctx),
             hardware: AtomicPtr::new(std::ptr::null_mut()),
             marker_sent: AtomicBool::new(false),
+            hardware_read: SeenReadIndex::default(),
         }
     }
 }
@@ -120,9 +126,18 @@ impl Session {
         // SAFETY: the hardware queue lives as long as the intercept queue
         // whose interceptor is running.
         let size = u64::from(unsafe { (*hardware).size });
+        // SAFETY: as above; the index load is a plain atomic read.
+        let written = unsafe { write(hardware) };
+        // Most writes fit by the read index seen last: no load of the
+        // device's cache line.
+        if state.hardware_read.takes(size, written, needed) {
+            return;
+        }
         let indices = || {
             // SAFETY: as above; the index loads are plain atomic reads.
-            unsafe { (read(hardware), write(hardware)) }
+            let (r, w) = unsafe { (read(hardware), write(hardware)) };
+            state.hardware_read.saw(r);
+            (r, w)
         };
         let (mut last_read, w) = indices();
         if hardware_ring_takes(size, last_read, w, needed) {
