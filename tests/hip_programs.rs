@@ -41,8 +41,19 @@ fn trace_and_check_with(
     args: &[&str],
     quiet_unload: bool,
 ) -> TraceFacts {
+    trace_and_check_env(label, program, args, quiet_unload, &[])
+}
+
+/// [`trace_and_check_with`] with extra environment variables for the run.
+fn trace_and_check_env(
+    label: &str,
+    program: &str,
+    args: &[&str],
+    quiet_unload: bool,
+    env: &[(&str, &str)],
+) -> TraceFacts {
     let prog = hip_program(program);
-    let run = run_traced(label, &["-o", label], &prog, args, &[]);
+    let run = run_traced(label, &["-o", label], &prog, args, env);
     run.assert_success();
     assert!(
         !quiet_unload || !run.stderr.contains("Resource leak detected"),
@@ -105,6 +116,25 @@ fn graph_storm_64x20() {
     check_graph_order(&f, 64, 20);
 }
 
+/// The same graph with the kernels' timestamp signals made by the runtime
+/// (`RPROF_TIMESTAMP_SIGNALS=rocr`, rprof's signals until session 29 and its
+/// fallback where the runtime has no fine-grained system pool): the same
+/// trace, and on ROCr >= 6 every signal destroyed before the runtime counts
+/// them.
+#[test]
+fn graph_storm_64x20_with_the_runtimes_timestamp_signals() {
+    let f = trace_and_check_env(
+        "graph_storm_64x20_rocr_signals",
+        "graph_storm",
+        &["64", "20"],
+        true,
+        &[("RPROF_TIMESTAMP_SIGNALS", "rocr")],
+    );
+    assert_eq!(f.program_dispatches(), 64 * 20);
+    assert_eq!(f.program_kernel_names(), 64, "one name per graph node");
+    check_graph_order(&f, 64, 20);
+}
+
 /// More nodes than distinct kernels: nodes j and j+256 share a name, so the
 /// first 44 names run twice per launch.
 #[test]
@@ -129,17 +159,33 @@ fn graph_storm_default_51200() {
 
 /// `graph_storm 256 2` traced as `-o LABEL` with 200 µs kernels (the app
 /// waits ~100 ms for the device) and `RPROF_VERBOSE` (the flush's summary
-/// on stderr); the run succeeded.
-fn storm_256x2_verbose(label: &str) -> harness::Run {
+/// on stderr), plus `env`; the run succeeded.
+fn storm_256x2_verbose(label: &str, env: &[(&str, &str)]) -> harness::Run {
+    let mut all = vec![("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")];
+    all.extend_from_slice(env);
     let run = run_traced(
         label,
         &["-o", label],
         &hip_program("graph_storm"),
         &["256", "2"],
-        &[("RPROF_VERBOSE", "1"), ("RPROF_EMU_KERNEL_NS", "200000")],
+        &all,
     );
     run.assert_success();
     run
+}
+
+/// The signals rprof's pool gave up at exit and at the runtime's unload (the
+/// verbose lines; `None` where a line is absent), and how many it created.
+fn signals_given_up(label: &str, run: &harness::Run) -> (Option<u64>, Option<u64>, u64) {
+    let created = number_before(&run.stderr, " created, high water")
+        .unwrap_or_else(|| panic!("{label}: no pool size in:\n{}", run.stderr));
+    // 512 dispatches on the device at once: the pool grew to at least that.
+    assert!(created >= 512, "{label}: {created} signals created");
+    (
+        number_after(&run.stderr, "rprof: exit: "),
+        number_after(&run.stderr, "rprof: unload: "),
+        created,
+    )
 }
 
 /// HIP synchronises by spinning in the runtime's wait: while it waits for
@@ -152,7 +198,7 @@ fn storm_256x2_verbose(label: &str) -> harness::Run {
 #[test]
 fn the_apps_spinning_wait_writes_records_and_loses_none() {
     let label = "lending_wait_256x2";
-    let run = storm_256x2_verbose(label);
+    let run = storm_256x2_verbose(label, &[]);
     let lent = number_before(&run.stderr, " records written by waiting app threads")
         .unwrap_or_else(|| panic!("{label}: no lending count in:\n{}", run.stderr));
     assert!(
@@ -167,22 +213,18 @@ fn the_apps_spinning_wait_writes_records_and_loses_none() {
     summary(label, &run, &f);
 }
 
-/// At exit, rprof destroys the idle timestamp signals (all but one batch of
-/// 256) beside the app's teardown only where the runtime's unload closes
-/// the pool afterwards (ROCr >= 6): on 5.2.3 the pool stays open to the
-/// end, and destroying signals would only take time from the exit. Where
-/// HIP unloads the runtime at exit (HIP 6.4.3), the unload destroys the
-/// batch kept, so every signal the pool created is destroyed exactly once.
+/// With the runtime's signals (`RPROF_TIMESTAMP_SIGNALS=rocr`), at exit
+/// rprof destroys the idle timestamp signals (all but one batch of 256)
+/// beside the app's teardown only where the runtime's unload closes the pool
+/// afterwards (ROCr >= 6): on 5.2.3 the pool stays open to the end, and
+/// destroying signals would only take time from the exit. Where HIP unloads
+/// the runtime at exit (HIP 6.4.3), the unload destroys the batch kept, so
+/// every signal the pool created is destroyed exactly once.
 #[test]
-fn the_exit_destroys_idle_signals_only_where_the_unload_closes_the_pool() {
+fn the_exit_destroys_the_runtimes_idle_signals_only_where_the_unload_closes_the_pool() {
     let label = "exit_trim_256x2";
-    let run = storm_256x2_verbose(label);
-    let created = number_before(&run.stderr, " created, high water")
-        .unwrap_or_else(|| panic!("{label}: no pool size in:\n{}", run.stderr));
-    let at_exit = number_after(&run.stderr, "rprof: exit: ");
-    let at_unload = number_after(&run.stderr, "rprof: unload: ");
-    // 512 dispatches on the device at once: the pool grew to at least that.
-    assert!(created >= 512, "{label}: {created} signals created");
+    let run = storm_256x2_verbose(label, &[("RPROF_TIMESTAMP_SIGNALS", "rocr")]);
+    let (at_exit, at_unload, created) = signals_given_up(label, &run);
     let (want_exit, want_unload) = match Runtime::selected() {
         Runtime::Rocm52 => (None, None),
         Runtime::Rocm61 => (Some(created - 256), None),
@@ -192,6 +234,31 @@ fn the_exit_destroys_idle_signals_only_where_the_unload_closes_the_pool() {
         (at_exit, at_unload),
         (want_exit, want_unload),
         "{label}: signals destroyed at exit and at unload, of {created}:\n{}",
+        run.stderr
+    );
+    let report = single_report(&run);
+    let f = check_outputs(&run.dir, label, &report);
+    assert_eq!(f.program_dispatches(), 256 * 2);
+}
+
+/// rprof's own signals (the default) cost nothing to give up: the exit
+/// destroys none of them one by one (ROCr >= 6; 5.2.3 has no such step),
+/// and where HIP unloads the runtime at exit (HIP 6.4.3) the unload gives
+/// every signal the pool created back at once, with its memory.
+#[test]
+fn the_exit_gives_up_none_of_rprofs_own_signals_one_by_one() {
+    let label = "exit_memory_256x2";
+    let run = storm_256x2_verbose(label, &[]);
+    let (at_exit, at_unload, created) = signals_given_up(label, &run);
+    let want = match Runtime::selected() {
+        Runtime::Rocm52 => (None, None),
+        Runtime::Rocm61 => (Some(0), None),
+        Runtime::Rocm64 | Runtime::Rocm70 => (Some(0), Some(created)),
+    };
+    assert_eq!(
+        (at_exit, at_unload),
+        want,
+        "{label}: signals given up at exit and at unload, of {created}:\n{}",
         run.stderr
     );
     let report = single_report(&run);

@@ -46,6 +46,10 @@ pub struct Tuning {
     /// `RPROF_START_DELAY_MS` (0..=60000): the session's start, on its own
     /// thread, first sleeps this long (tests of what waits for the start).
     pub start_delay: Duration,
+    /// `RPROF_TIMESTAMP_SIGNALS=rocr`: the kernels' timestamp signals are
+    /// ROCr's (`memory`, the default: records in rprof's own memory, which
+    /// cost nothing to create and give up).
+    pub rocr_signals: bool,
 }
 
 impl Default for Tuning {
@@ -59,6 +63,7 @@ impl Default for Tuning {
             plain_pftrace: false,
             clock_gettime_only: false,
             start_delay: Duration::ZERO,
+            rocr_signals: false,
         }
     }
 }
@@ -83,6 +88,8 @@ impl Tuning {
                 == Some(1),
             start_delay: parse_whole(env, "RPROF_START_DELAY_MS", 0u64, 60_000)?
                 .map_or(d.start_delay, Duration::from_millis),
+            rocr_signals: parse_choice(env, "RPROF_TIMESTAMP_SIGNALS", ["memory", "rocr"])?
+                == Some(1),
         })
     }
 }
@@ -103,7 +110,7 @@ mod tests {
         assert_eq!(d, Tuning::default());
         assert_eq!(d.pool_size, DEFAULT_POOL_SIZE);
         assert!(!d.host_forwarding && !d.verbose && !d.passthrough && !d.plain_pftrace);
-        assert!(!d.clock_gettime_only);
+        assert!(!d.clock_gettime_only && !d.rocr_signals);
         assert_eq!(d.max_backoff, None);
         assert_eq!(d.start_delay, Duration::ZERO);
         let t = tuning(&[
@@ -115,9 +122,10 @@ mod tests {
             ("RPROF_PFTRACE_ENCODING", "plain"),
             ("RPROF_HOST_CLOCK", "clock_gettime"),
             ("RPROF_START_DELAY_MS", "1500"),
+            ("RPROF_TIMESTAMP_SIGNALS", "rocr"),
         ])
         .unwrap();
-        assert!(t.clock_gettime_only);
+        assert!(t.clock_gettime_only && t.rocr_signals);
         assert_eq!(t.start_delay, Duration::from_millis(1500));
         assert_eq!(t.pool_size, 64);
         assert!(t.host_forwarding && t.verbose && !t.passthrough && t.plain_pftrace);
@@ -128,9 +136,11 @@ mod tests {
             ("RPROF_HOST_CLOCK", "auto"),
             ("RPROF_COMPLETION_MAX_BACKOFF_US", "100000"),
             ("RPROF_SIGNAL_POOL_SIZE", "1048576"),
+            ("RPROF_TIMESTAMP_SIGNALS", "memory"),
         ])
         .unwrap();
         assert!(!t.host_forwarding && !t.plain_pftrace && !t.clock_gettime_only);
+        assert!(!t.rocr_signals);
         assert_eq!(t.pool_size, 1 << 20);
         assert_eq!(t.max_backoff, Some(Duration::from_millis(100)));
     }
@@ -150,6 +160,7 @@ mod tests {
             ("RPROF_PFTRACE_ENCODING", "zip", "compact, plain"),
             ("RPROF_HOST_CLOCK", "tsc", "auto, clock_gettime"),
             ("RPROF_START_DELAY_MS", "60001", "0..=60000"),
+            ("RPROF_TIMESTAMP_SIGNALS", "hsa", "memory, rocr"),
         ] {
             let e = tuning(&[(k, v)]).unwrap_err();
             assert_eq!(e.variable, k);

@@ -30,8 +30,9 @@
 //! - [`roctx`] exports the ROCTx functions, so that a preloaded library
 //!   sees the application's marker calls (`--marker-trace`,
 //!   `--kernel-rename`) and passes them on to the real ROCTx library.
-//! - [`signals`] implements the signal pool's provider with ROCr (memory
-//!   signals without driver events) and the engine's completion backend.
+//! - [`signals`] implements the signal pool's provider (memory signals
+//!   without driver events: records in rprof's own memory for kernels,
+//!   [`signal_memory`], or ROCr's) and the engine's completion backend.
 //! - `outputs` opens the sinks the configuration asks for; `report` tells
 //!   the `rprof` command (a file in the directory named in
 //!   `RPROF_REPORT_DIR`) which output files were
@@ -53,6 +54,7 @@ pub mod roctx;
 mod rpc_wait;
 pub mod runtime;
 mod session;
+pub mod signal_memory;
 pub mod signals;
 pub mod single;
 mod terminate;

@@ -132,6 +132,13 @@ mod amd_v2_index {
     pub const MEMORY_ASYNC_COPY: usize = index("hsa_amd_memory_async_copy_fn");
     pub const MEMORY_ASYNC_COPY_RECT: usize = index("hsa_amd_memory_async_copy_rect_fn");
     pub const MEMORY_ASYNC_COPY_ON_ENGINE: usize = index("hsa_amd_memory_async_copy_on_engine_fn");
+    pub const PROFILING_CONVERT_TICK_TO_SYSTEM_DOMAIN: usize =
+        index("hsa_amd_profiling_convert_tick_to_system_domain_fn");
+    pub const MEMORY_POOL_GET_INFO: usize = index("hsa_amd_memory_pool_get_info_fn");
+    pub const AGENT_ITERATE_MEMORY_POOLS: usize = index("hsa_amd_agent_iterate_memory_pools_fn");
+    pub const MEMORY_POOL_ALLOCATE: usize = index("hsa_amd_memory_pool_allocate_fn");
+    pub const MEMORY_POOL_FREE: usize = index("hsa_amd_memory_pool_free_fn");
+    pub const AGENTS_ALLOW_ACCESS: usize = index("hsa_amd_agents_allow_access_fn");
 }
 use amd_v2_index as AMD_V2_INDEX;
 
@@ -310,8 +317,8 @@ unsafe fn amd_from_v2(table: *const AmdExtTable, version: ApiTableVersion) -> Am
         version,
         ..AmdExtTable::default()
     };
-    // SAFETY: (all five) indices from the major-2 headers, each read within
-    // `size`, into fields of the same C signature.
+    // SAFETY: (all of them) indices from the major-2 headers, each read
+    // within `size`, into fields of the same C signature.
     unsafe {
         t.hsa_amd_profiling_set_profiler_enabled_fn =
             entry(base, size, AMD_V2_INDEX::PROFILING_SET_PROFILER_ENABLED);
@@ -329,6 +336,17 @@ unsafe fn amd_from_v2(table: *const AmdExtTable, version: ApiTableVersion) -> Am
         t.hsa_amd_memory_async_copy_fn = entry(base, size, AMD_V2_INDEX::MEMORY_ASYNC_COPY);
         t.hsa_amd_memory_async_copy_rect_fn =
             entry(base, size, AMD_V2_INDEX::MEMORY_ASYNC_COPY_RECT);
+        t.hsa_amd_profiling_convert_tick_to_system_domain_fn = entry(
+            base,
+            size,
+            AMD_V2_INDEX::PROFILING_CONVERT_TICK_TO_SYSTEM_DOMAIN,
+        );
+        t.hsa_amd_memory_pool_get_info_fn = entry(base, size, AMD_V2_INDEX::MEMORY_POOL_GET_INFO);
+        t.hsa_amd_agent_iterate_memory_pools_fn =
+            entry(base, size, AMD_V2_INDEX::AGENT_ITERATE_MEMORY_POOLS);
+        t.hsa_amd_memory_pool_allocate_fn = entry(base, size, AMD_V2_INDEX::MEMORY_POOL_ALLOCATE);
+        t.hsa_amd_memory_pool_free_fn = entry(base, size, AMD_V2_INDEX::MEMORY_POOL_FREE);
+        t.hsa_amd_agents_allow_access_fn = entry(base, size, AMD_V2_INDEX::AGENTS_ALLOW_ACCESS);
     }
     t
 }
@@ -576,6 +594,12 @@ mod tests {
             hsa_amd_profiling_get_async_copy_time_fn,
             hsa_amd_memory_async_copy_fn,
             hsa_amd_memory_async_copy_rect_fn,
+            hsa_amd_profiling_convert_tick_to_system_domain_fn,
+            hsa_amd_memory_pool_get_info_fn,
+            hsa_amd_agent_iterate_memory_pools_fn,
+            hsa_amd_memory_pool_allocate_fn,
+            hsa_amd_memory_pool_free_fn,
+            hsa_amd_agents_allow_access_fn,
         )
     }
 
@@ -697,6 +721,30 @@ mod tests {
                     "hsa_amd_queue_intercept_register_fn",
                     AMD_V2_INDEX::QUEUE_INTERCEPT_REGISTER,
                 ),
+                (
+                    "hsa_amd_profiling_convert_tick_to_system_domain_fn",
+                    AMD_V2_INDEX::PROFILING_CONVERT_TICK_TO_SYSTEM_DOMAIN,
+                ),
+                (
+                    "hsa_amd_memory_pool_get_info_fn",
+                    AMD_V2_INDEX::MEMORY_POOL_GET_INFO,
+                ),
+                (
+                    "hsa_amd_agent_iterate_memory_pools_fn",
+                    AMD_V2_INDEX::AGENT_ITERATE_MEMORY_POOLS,
+                ),
+                (
+                    "hsa_amd_memory_pool_allocate_fn",
+                    AMD_V2_INDEX::MEMORY_POOL_ALLOCATE,
+                ),
+                (
+                    "hsa_amd_memory_pool_free_fn",
+                    AMD_V2_INDEX::MEMORY_POOL_FREE,
+                ),
+                (
+                    "hsa_amd_agents_allow_access_fn",
+                    AMD_V2_INDEX::AGENTS_ALLOW_ACCESS,
+                ),
             ] {
                 assert_eq!(
                     generated(l.amd_entries, name),
@@ -707,7 +755,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 20, "6.1 and 6.4, ten entries each");
+        assert_eq!(checked, 32, "6.1 and 6.4, sixteen entries each");
         assert_eq!(
             (
                 AMD_V2_INDEX::PROFILING_SET_PROFILER_ENABLED,

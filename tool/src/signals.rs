@@ -17,26 +17,48 @@ use rprof_core::engine::{CompletionBackend, DispatchSignal, SignalSource};
 use rprof_pool::{PoolError, ProviderError, RawSignal, SignalHandle, SignalPool, SignalProvider};
 
 use crate::runtime::Runtime;
+use crate::signal_memory::{self, SignalMemory};
 
-/// Creates timestamp signals with ROCr: `hsa_amd_signal_create` with
-/// `HSA_AMD_SIGNAL_AMD_GPU_ONLY`, which in ROCr 5.2.3 makes a plain memory
-/// signal (`DefaultSignal`) with no driver event, so rprof's signals take
-/// nothing from the process's 4096-event budget and never involve ROCr's
-/// async-events thread. Nobody waits on them: the completion thread polls.
+/// Creates timestamp signals, in one of two ways:
+///
+/// - in rprof's own memory ([`SignalMemory`], the kernel pool's default):
+///   plain `amd_signal_t` records the runtime never sees, cheap to create
+///   and free to give up;
+/// - with ROCr: `hsa_amd_signal_create` with `HSA_AMD_SIGNAL_AMD_GPU_ONLY`,
+///   which in ROCr 5.2.3 makes a plain memory signal (`DefaultSignal`) with
+///   no driver event (memory copies need these, and the kernel pool uses
+///   them with `RPROF_TIMESTAMP_SIGNALS=rocr` or where no suitable memory
+///   pool exists).
+///
+/// Either way the signals take nothing from the process's 4096-event budget
+/// and never involve ROCr's async-events thread. Nobody waits on them: the
+/// completion thread polls.
 #[derive(Debug, Clone, Copy)]
 pub struct RocrSignals {
     rt: Runtime,
+    memory: Option<&'static SignalMemory>,
 }
 
 impl RocrSignals {
-    /// A provider over the runtime's original entries.
+    /// A provider of ROCr's signals over the runtime's original entries.
     pub fn new(rt: Runtime) -> Self {
-        RocrSignals { rt }
+        RocrSignals { rt, memory: None }
+    }
+
+    /// A provider of signals in `memory` (ROCr's when `None`).
+    pub fn in_memory(rt: Runtime, memory: Option<&'static SignalMemory>) -> Self {
+        RocrSignals { rt, memory }
     }
 }
 
 impl SignalProvider for RocrSignals {
     fn create(&self, initial: i64) -> Result<RawSignal, ProviderError> {
+        if let Some(memory) = self.memory {
+            return memory
+                .create(initial)
+                .map(RawSignal)
+                .map_err(|status| ProviderError { status });
+        }
         let Some(create) = self.rt.amd.hsa_amd_signal_create_fn else {
             return Err(ProviderError {
                 status: hsa_sys::HSA_STATUS_ERROR,
@@ -62,6 +84,10 @@ impl SignalProvider for RocrSignals {
     }
 
     fn reset(&self, signal: RawSignal, value: i64) {
+        if self.memory.is_some() {
+            signal_memory::store_value(signal.0, value);
+            return;
+        }
         if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
             // SAFETY: a signal this provider created and the pool still owns.
             unsafe { store(hsa_signal_t { handle: signal.0 }, value) };
@@ -69,6 +95,11 @@ impl SignalProvider for RocrSignals {
     }
 
     fn destroy(&self, signal: RawSignal) {
+        // A signal in rprof's memory is given up with its block
+        // (`SignalMemory::release_all`).
+        if self.memory.is_some() {
+            return;
+        }
         if let Some(destroy) = self.rt.core.hsa_signal_destroy_fn {
             // SAFETY: a signal this provider created, destroyed once.
             unsafe { destroy(hsa_signal_t { handle: signal.0 }) };
@@ -164,16 +195,19 @@ impl<P: SignalProvider + std::fmt::Debug + 'static> SignalSource<PooledSignal<P>
     }
 }
 
-/// Reads signal values and dispatch times through the runtime's entries.
+/// Reads signal values and dispatch times, of the kernel pool's signals in
+/// `memory` when it is set, else through the runtime's entries.
 #[derive(Debug, Clone, Copy)]
 pub struct RocrBackend {
     rt: Runtime,
+    memory: Option<&'static SignalMemory>,
 }
 
 impl RocrBackend {
-    /// A backend over the runtime's original entries.
-    pub fn new(rt: Runtime) -> Self {
-        RocrBackend { rt }
+    /// A backend over the runtime's original entries, for kernel signals in
+    /// `memory` (ROCr's when `None`).
+    pub fn new(rt: Runtime, memory: Option<&'static SignalMemory>) -> Self {
+        RocrBackend { rt, memory }
     }
 }
 
@@ -212,6 +246,10 @@ impl CompletionBackend for RocrBackend {
     }
 
     fn open_gate(&self, signal: u64) {
+        if self.memory.is_some() {
+            signal_memory::store_value(signal, 0);
+            return;
+        }
         if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
             // SAFETY: a pooled gate signal owned by an in-flight entry.
             unsafe { store(hsa_signal_t { handle: signal }, 0) };
@@ -228,6 +266,14 @@ impl CompletionBackend for RocrBackend {
     }
 
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)> {
+        if let Some(memory) = self.memory {
+            return memory.dispatch_time(
+                hsa_agent_t {
+                    handle: agent_handle,
+                },
+                signal,
+            );
+        }
         let get = self.rt.amd.hsa_amd_profiling_get_dispatch_time_fn?;
         let mut t = hsa_amd_profiling_dispatch_time_t { start: 0, end: 0 };
         // SAFETY: a GPU agent from the runtime's enumeration, a pooled signal

@@ -191,7 +191,7 @@ fn run_copy(
         };
         enable_profiling(s);
         s.engine
-            .trace_copy(&s.source, app_signal.handle, record, called, |st| {
+            .trace_copy(s.copy_signals(), app_signal.handle, record, called, |st| {
                 *st == HSA_STATUS_SUCCESS
             });
     }));

@@ -104,7 +104,7 @@ impl Session {
         // This thread retires and settles in the completion thread's place
         // whenever it can: the flush never waits for that thread to wake.
         let left = self.engine.begin_shutdown_here(
-            &RocrBackend::new(self.rt),
+            &RocrBackend::new(self.rt, self.signal_memory),
             FLUSH_TIMEOUT.saturating_sub(t0.elapsed()),
         );
         let device_done = t0.elapsed();
@@ -160,7 +160,7 @@ impl Session {
         // dispatches given up on, which keep the pool open). Not at exit:
         // the completion thread still recycles them for the app's threads.
         if !ending.at_exit {
-            let _ = self.source.pool().shutdown();
+            let _ = self.close_signal_pools(self.hardware_rings_drained());
         }
         self.report(outcome.as_ref(), writer_stuck);
         if ending.at_exit {
@@ -183,19 +183,48 @@ impl Session {
     /// the hardware rings): on 5.2.3 the pool stays open to the end, so
     /// destroying signals at exit would only take time from the app's
     /// teardown (the 5.2 mix's exit: 0.37 ms, 12 runs each).
+    ///
+    /// Signals in rprof's own memory cost nothing to give up: only pools of
+    /// ROCr's signals are trimmed (the kernel pool's only with
+    /// `RPROF_TIMESTAMP_SIGNALS=rocr`).
     fn trim_signals_at_exit(&self) {
         if !self.markers {
             return;
         }
         let t0 = Instant::now();
-        let pool = self.source.pool();
-        let trimmed = pool.trim(pool.config().batch);
+        let rocr_pools = [
+            self.signal_memory.is_none().then_some(&self.source),
+            self.copy_source.as_ref(),
+        ];
+        let trimmed: u32 = rocr_pools
+            .into_iter()
+            .flatten()
+            .map(|source| source.pool().trim(source.pool().config().batch))
+            .sum();
         if self.verbose {
             eprintln!(
                 "rprof: exit: {trimmed} idle timestamp signals destroyed in {:?}",
                 t0.elapsed()
             );
         }
+    }
+
+    /// Closes the signal pools, destroying ROCr's signals (none may be out:
+    /// see `SignalPool::shutdown`), and, when `rings_drained` (no packet in
+    /// a traced ring can still reference a signal), frees the memory of the
+    /// kernel signals. Returns how many signals the pools held.
+    pub(super) fn close_signal_pools(&self, rings_drained: bool) -> Result<u32, String> {
+        let kernels = self.source.pool().shutdown().map_err(|e| e.to_string())?;
+        let copies = match &self.copy_source {
+            Some(c) => c.pool().shutdown().map_err(|e| e.to_string())?,
+            None => 0,
+        };
+        if rings_drained {
+            if let Some(memory) = self.signal_memory {
+                memory.release_all();
+            }
+        }
+        Ok(kernels + copies)
     }
 
     /// Packets the app wrote before now that the runtime has not handed to

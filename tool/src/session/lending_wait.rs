@@ -168,7 +168,7 @@ unsafe fn lending_wait(original: WaitFn, call: WaitCall) -> hsa_signal_value_t {
         // SAFETY: the runtime's own wait with the app's arguments.
         return unsafe { original(signal, condition, compare, timeout_hint, wait_state) };
     };
-    let backend = RocrBackend::new(session.rt);
+    let backend = RocrBackend::new(session.rt, session.signal_memory);
     // While it lends, the completion thread leaves its passes to it.
     let _lending = session.engine.lending();
     sliced_wait(

@@ -46,7 +46,7 @@ pub fn on_unload() {
         // out, and the pool open.
         let t0 = std::time::Instant::now();
         let closed = if s.hardware_rings_drained() {
-            s.source.pool().shutdown().map_err(|e| e.to_string())
+            s.close_signal_pools(true)
         } else {
             Err("a traced queue's hardware ring still holds packets, or is not known".to_string())
         };

@@ -63,6 +63,7 @@ pub use lifecycle::on_unload;
 
 use crate::outputs::open_outputs;
 use crate::runtime::Runtime;
+use crate::signal_memory::SignalMemory;
 use crate::signals::{PoolSource, PooledSignal, RocrBackend, RocrSignals};
 use interceptor::QueueState;
 use start_gate::StartGate;
@@ -74,7 +75,14 @@ const UNTRACED: &str = "the application runs untraced";
 pub struct Session {
     rt: Runtime,
     engine: Arc<Engine<PooledSignal>>,
+    /// The kernel dispatches' timestamp signals.
     source: PoolSource,
+    /// The memory the kernel signals live in (`None`: they are ROCr's).
+    signal_memory: Option<&'static SignalMemory>,
+    /// ROCr's signals for memory copies, when the kernel signals are in
+    /// rprof's memory and copies are traced (otherwise copies share
+    /// `source`).
+    copy_source: Option<PoolSource>,
     /// `hsa_init` calls not yet matched by `hsa_shut_down` (the one that
     /// loaded rprof counts).
     init_depth: AtomicI64,
@@ -436,18 +444,29 @@ impl Session {
             rprof_abi::clock::enable_fast_clock();
         }
         let pool_size = pool_size(config);
-        let (engine, (sinks, pool)) =
+        let (engine, (sinks, memory, pool)) =
             build_engine_beside(engine_options(config, pool_size), || {
                 let sinks = open_outputs(config)
                     .map_err(|e| format!("cannot create the output files: {e}; {UNTRACED}"))?;
-                Ok((sinks, open_signal_pool(rt, pool_size)?))
+                let memory = signal_memory(rt, config);
+                let pool = open_signal_pool(RocrSignals::in_memory(rt, memory), pool_size)?;
+                Ok((sinks, memory, pool))
             })?;
+        let copy_source = match memory {
+            Some(_) if config.memory_copy_trace => Some(PoolSource::new(open_signal_pool(
+                RocrSignals::new(rt),
+                pool_size,
+            )?)),
+            _ => None,
+        };
         let engine = Arc::new(engine);
         let run = run_info::of_this_process();
         let session: &'static Session = Box::leak(Box::new(Session {
             rt,
             engine: engine.clone(),
             source: PoolSource::new(pool),
+            signal_memory: memory,
+            copy_source,
             init_depth: AtomicI64::new(1),
             threads: Mutex::new(None),
             finished: AtomicBool::new(false),
@@ -462,7 +481,7 @@ impl Session {
         }));
         let threads = threads::start(
             engine,
-            RocrBackend::new(rt),
+            RocrBackend::new(rt, memory),
             sinks,
             kernels,
             run,
@@ -509,9 +528,32 @@ fn pool_size(config: &TraceConfig) -> u32 {
     config.tuning.pool_size.max(per_dispatch)
 }
 
-/// The pool of timestamp signals, leaked for the rest of the process.
+impl Session {
+    /// The signals memory copies complete: ROCr's, the copy pool's when the
+    /// kernel signals are in rprof's memory.
+    pub(super) fn copy_signals(&self) -> &PoolSource {
+        self.copy_source.as_ref().unwrap_or(&self.source)
+    }
+}
+
+/// Where the kernel signals live: rprof's own memory unless
+/// `RPROF_TIMESTAMP_SIGNALS=rocr` or the runtime has no memory pool for it
+/// (then ROCr's signals, said with `RPROF_VERBOSE`). Leaked with the session.
+fn signal_memory(rt: Runtime, config: &TraceConfig) -> Option<&'static SignalMemory> {
+    if config.tuning.rocr_signals {
+        return None;
+    }
+    let found = SignalMemory::find(rt);
+    if found.is_none() && config.tuning.verbose {
+        eprintln!("rprof: no fine-grained system memory pool for timestamp signals; using the runtime's signals");
+    }
+    found.map(|m| &*Box::leak(Box::new(m)))
+}
+
+/// A pool of timestamp signals from `provider`, leaked for the rest of the
+/// process.
 fn open_signal_pool(
-    rt: Runtime,
+    provider: RocrSignals,
     capacity: u32,
 ) -> Result<&'static SignalPool<RocrSignals>, String> {
     let config = PoolConfig {
@@ -519,7 +561,7 @@ fn open_signal_pool(
         batch: capacity.min(256),
         initial_value: 1,
     };
-    match SignalPool::new(RocrSignals::new(rt), config) {
+    match SignalPool::new(provider, config) {
         Ok(p) => Ok(Box::leak(Box::new(p))),
         Err(e) => Err(format!("cannot set up the signal pool: {e}; {UNTRACED}")),
     }

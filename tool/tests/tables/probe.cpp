@@ -44,6 +44,12 @@ int main() {
   ENTRY(AmdExtTable, hsa_amd_profiling_get_async_copy_time_fn);
   ENTRY(AmdExtTable, hsa_amd_memory_async_copy_fn);
   ENTRY(AmdExtTable, hsa_amd_memory_async_copy_rect_fn);
+  ENTRY(AmdExtTable, hsa_amd_profiling_convert_tick_to_system_domain_fn);
+  ENTRY(AmdExtTable, hsa_amd_memory_pool_get_info_fn);
+  ENTRY(AmdExtTable, hsa_amd_agent_iterate_memory_pools_fn);
+  ENTRY(AmdExtTable, hsa_amd_memory_pool_allocate_fn);
+  ENTRY(AmdExtTable, hsa_amd_memory_pool_free_fn);
+  ENTRY(AmdExtTable, hsa_amd_agents_allow_access_fn);
 #if HSA_AMD_EXT_API_TABLE_MAJOR_VERSION >= 2
   ENTRY(AmdExtTable, hsa_amd_memory_async_copy_on_engine_fn);
 #endif
