@@ -209,22 +209,24 @@ impl Session {
         }
     }
 
-    /// Closes the signal pools, destroying ROCr's signals (none may be out:
-    /// see `SignalPool::shutdown`), and, when `rings_drained` (no packet in
-    /// a traced ring can still reference a signal), frees the memory of the
-    /// kernel signals. Returns how many signals the pools held.
+    /// Closes the signal pools, each on its own (a pool with signals out
+    /// stays open: see `SignalPool::shutdown`), destroying ROCr's signals,
+    /// and, when the kernel pool closed and `rings_drained` (no packet in a
+    /// traced ring can still reference a signal), frees the memory of the
+    /// kernel signals. Returns how many signals the pools held, or why one
+    /// stays open.
     pub(super) fn close_signal_pools(&self, rings_drained: bool) -> Result<u32, String> {
-        let kernels = self.source.pool().shutdown().map_err(|e| e.to_string())?;
-        let copies = match &self.copy_source {
-            Some(c) => c.pool().shutdown().map_err(|e| e.to_string())?,
-            None => 0,
-        };
-        if rings_drained {
+        let kernels = self.source.pool().shutdown();
+        let copies = self
+            .copy_source
+            .as_ref()
+            .map_or(Ok(0), |c| c.pool().shutdown());
+        if kernels.is_ok() && rings_drained {
             if let Some(memory) = self.signal_memory {
                 memory.release_all();
             }
         }
-        Ok(kernels + copies)
+        Ok(kernels.map_err(|e| e.to_string())? + copies.map_err(|e| e.to_string())?)
     }
 
     /// Packets the app wrote before now that the runtime has not handed to
