@@ -34,11 +34,9 @@ use std::sync::Mutex;
 
 use hsa_sys::{
     amd_signal_t, hsa_agent_t, hsa_amd_memory_pool_t, hsa_status_t, AMD_SIGNAL_KIND_USER,
-    HSA_AGENT_INFO_DEVICE, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
-    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
-    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, HSA_AMD_MEMORY_POOL_INFO_SEGMENT,
-    HSA_AMD_SEGMENT_GLOBAL, HSA_DEVICE_TYPE_CPU, HSA_DEVICE_TYPE_GPU, HSA_STATUS_ERROR,
-    HSA_STATUS_SUCCESS,
+    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
+    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
+    HSA_AMD_MEMORY_POOL_INFO_SEGMENT, HSA_AMD_SEGMENT_GLOBAL, HSA_STATUS_ERROR, HSA_STATUS_SUCCESS,
 };
 
 use crate::runtime::Runtime;
@@ -77,31 +75,22 @@ struct Blocks {
 }
 
 impl SignalMemory {
-    /// The memory of a runtime that has a CPU agent with a fine-grained
-    /// global pool rprof may allocate from, every entry this needs, and a
-    /// GPU agent; `None` otherwise (the kernel pool then uses ROCr's
-    /// signals).
-    pub fn find(rt: Runtime) -> Option<SignalMemory> {
+    /// The memory of a runtime that has, on one of `cpus`, a fine-grained
+    /// global pool rprof may allocate from, every entry this needs, and at
+    /// least one of `gpus` (each block is made accessible to all of them);
+    /// `None` otherwise (the kernel pool then uses ROCr's signals).
+    pub fn find(rt: Runtime, cpus: &[hsa_agent_t], gpus: &[hsa_agent_t]) -> Option<SignalMemory> {
         rt.amd.hsa_amd_memory_pool_allocate_fn?;
         rt.amd.hsa_amd_agents_allow_access_fn?;
         rt.amd.hsa_amd_profiling_convert_tick_to_system_domain_fn?;
-        let agents = all_agents(&rt);
-        let gpus: Vec<hsa_agent_t> = agents
-            .iter()
-            .copied()
-            .filter(|&a| device_type(&rt, a) == Some(HSA_DEVICE_TYPE_GPU))
-            .collect();
         if gpus.is_empty() {
             return None;
         }
-        let pool = agents
-            .iter()
-            .filter(|&&a| device_type(&rt, a) == Some(HSA_DEVICE_TYPE_CPU))
-            .find_map(|&cpu| fine_grained_pool(&rt, cpu))?;
+        let pool = cpus.iter().find_map(|&cpu| fine_grained_pool(&rt, cpu))?;
         Some(SignalMemory {
             rt,
             pool,
-            gpus,
+            gpus: gpus.to_vec(),
             blocks: Mutex::new(Blocks {
                 bases: Vec::new(),
                 used: BLOCK_SIGNALS,
@@ -237,29 +226,6 @@ fn load_u64(signal: u64, offset: usize) -> u64 {
     cell.load(Ordering::Acquire)
 }
 
-fn all_agents(rt: &Runtime) -> Vec<hsa_agent_t> {
-    unsafe extern "C" fn collect(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
-        // SAFETY: `data` is the `Vec` passed below, alive for the iteration.
-        let v = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
-        v.push(agent);
-        HSA_STATUS_SUCCESS
-    }
-    let mut all: Vec<hsa_agent_t> = Vec::new();
-    if let Some(iterate) = rt.core.hsa_iterate_agents_fn {
-        // SAFETY: the callback only pushes into `all`, which outlives the call.
-        unsafe { iterate(Some(collect), (&mut all as *mut Vec<hsa_agent_t>).cast()) };
-    }
-    all
-}
-
-fn device_type(rt: &Runtime, agent: hsa_agent_t) -> Option<u32> {
-    let get = rt.core.hsa_agent_get_info_fn?;
-    let mut v = 0u32;
-    // SAFETY: HSA_AGENT_INFO_DEVICE writes one 32-bit enum.
-    let status = unsafe { get(agent, HSA_AGENT_INFO_DEVICE, (&mut v as *mut u32).cast()) };
-    (status == HSA_STATUS_SUCCESS).then_some(v)
-}
-
 /// The first fine-grained global pool of `cpu` that the runtime allocates
 /// from, preferring one that is not the kernel-argument pool.
 fn fine_grained_pool(rt: &Runtime, cpu: hsa_agent_t) -> Option<hsa_amd_memory_pool_t> {
@@ -308,11 +274,11 @@ fn fine_grained_pool(rt: &Runtime, cpu: hsa_agent_t) -> Option<hsa_amd_memory_po
 
 #[cfg(test)]
 mod tests {
-    //! A fake runtime (one CPU and one GPU agent; the CPU has a coarse, a
-    //! kernel-argument and a plain fine-grained pool) whose entries keep
-    //! their counts per test thread.
+    //! A fake runtime (the CPU agent has a coarse, a kernel-argument and a
+    //! plain fine-grained pool; one GPU agent) whose entries keep their
+    //! counts per test thread.
     use super::*;
-    use hsa_sys::{hsa_agent_info_t, hsa_amd_memory_pool_info_t, AmdExtTable, CoreApiTable};
+    use hsa_sys::{hsa_amd_memory_pool_info_t, AmdExtTable, CoreApiTable};
     use std::alloc::Layout;
     use std::cell::Cell;
 
@@ -334,38 +300,7 @@ mod tests {
         Layout::from_size_align(BLOCK_SIGNALS * SIGNAL_BYTES, 4096).unwrap()
     }
 
-    type AgentCallback = unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_status_t;
     type PoolCallback = unsafe extern "C" fn(hsa_amd_memory_pool_t, *mut c_void) -> hsa_status_t;
-
-    unsafe extern "C" fn iterate_agents(
-        cb: Option<AgentCallback>,
-        data: *mut c_void,
-    ) -> hsa_status_t {
-        let cb = cb.unwrap();
-        for handle in [CPU, GPU] {
-            // SAFETY: the caller's callback and data.
-            unsafe { cb(hsa_agent_t { handle }, data) };
-        }
-        HSA_STATUS_SUCCESS
-    }
-
-    unsafe extern "C" fn agent_info(
-        agent: hsa_agent_t,
-        attribute: hsa_agent_info_t,
-        value: *mut c_void,
-    ) -> hsa_status_t {
-        if attribute != HSA_AGENT_INFO_DEVICE {
-            return HSA_STATUS_ERROR;
-        }
-        let device = if agent.handle == CPU {
-            HSA_DEVICE_TYPE_CPU
-        } else {
-            HSA_DEVICE_TYPE_GPU
-        };
-        // SAFETY: the attribute is a 32-bit enum.
-        unsafe { *value.cast::<u32>() = device };
-        HSA_STATUS_SUCCESS
-    }
 
     unsafe extern "C" fn iterate_pools(
         agent: hsa_agent_t,
@@ -459,11 +394,7 @@ mod tests {
     }
 
     fn fake_runtime() -> Runtime {
-        let core = CoreApiTable {
-            hsa_iterate_agents_fn: Some(iterate_agents),
-            hsa_agent_get_info_fn: Some(agent_info),
-            ..CoreApiTable::default()
-        };
+        let core = CoreApiTable::default();
         let amd = AmdExtTable {
             hsa_amd_agent_iterate_memory_pools_fn: Some(iterate_pools),
             hsa_amd_memory_pool_get_info_fn: Some(pool_info),
@@ -480,13 +411,22 @@ mod tests {
         }
     }
 
+    /// The fake runtime's signal memory, if it finds one.
+    fn find(rt: Runtime) -> Option<SignalMemory> {
+        SignalMemory::find(
+            rt,
+            &[hsa_agent_t { handle: CPU }],
+            &[hsa_agent_t { handle: GPU }],
+        )
+    }
+
     fn field(signal: u64, offset: usize) -> u64 {
         load_u64(signal, offset)
     }
 
     #[test]
     fn kernel_signals_are_zeroed_device_records_in_blocks_every_gpu_can_reach() {
-        let memory = SignalMemory::find(fake_runtime()).expect("a pool");
+        let memory = find(fake_runtime()).expect("a pool");
         let signals: Vec<u64> = (0..BLOCK_SIGNALS + 1)
             .map(|_| memory.create(1).expect("a signal in the fine-grained pool"))
             .collect();
@@ -512,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_completed_signal_gives_its_ticks_in_the_system_domain() {
-        let memory = SignalMemory::find(fake_runtime()).unwrap();
+        let memory = find(fake_runtime()).unwrap();
         let s = memory.create(1).unwrap();
         let gpu = hsa_agent_t { handle: GPU };
         assert_eq!(memory.dispatch_time(gpu, s), None, "no ticks yet");
@@ -532,10 +472,14 @@ mod tests {
     #[test]
     fn without_a_fine_grained_pool_the_kernel_signals_stay_rocrs() {
         COARSE_ONLY.set(true);
-        assert!(SignalMemory::find(fake_runtime()).is_none());
+        assert!(find(fake_runtime()).is_none());
         let mut rt = fake_runtime();
         COARSE_ONLY.set(false);
         rt.amd.hsa_amd_profiling_convert_tick_to_system_domain_fn = None;
-        assert!(SignalMemory::find(rt).is_none(), "no way to convert ticks");
+        assert!(find(rt).is_none(), "no way to convert ticks");
+        assert!(
+            SignalMemory::find(fake_runtime(), &[hsa_agent_t { handle: CPU }], &[]).is_none(),
+            "no GPU to make the memory reachable for"
+        );
     }
 }

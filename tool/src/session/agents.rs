@@ -17,9 +17,8 @@ use rprof_core::record::AgentInfo;
 
 use crate::runtime::Runtime;
 
-/// GPU agents in enumeration order, then, with `with_cpus`, the CPU agents
-/// in enumeration order (indices continue after the GPUs').
-pub(super) fn enumerate(rt: &Runtime, with_cpus: bool) -> Vec<AgentInfo> {
+/// Every agent of the runtime, in enumeration order.
+fn all(rt: &Runtime) -> Vec<hsa_agent_t> {
     unsafe extern "C" fn collect(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
         // SAFETY: `data` is the `Vec` passed below, alive for the iteration.
         let v = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
@@ -31,6 +30,22 @@ pub(super) fn enumerate(rt: &Runtime, with_cpus: bool) -> Vec<AgentInfo> {
         // SAFETY: the callback only pushes into `all`, which outlives the call.
         unsafe { iterate(Some(collect), (&mut all as *mut Vec<hsa_agent_t>).cast()) };
     }
+    all
+}
+
+/// The agents of one device type (`HSA_DEVICE_TYPE_*`), in enumeration
+/// order.
+pub(super) fn of_type(rt: &Runtime, device: u32) -> Vec<hsa_agent_t> {
+    all(rt)
+        .into_iter()
+        .filter(|&a| info_u32(rt, a, HSA_AGENT_INFO_DEVICE) == device)
+        .collect()
+}
+
+/// GPU agents in enumeration order, then, with `with_cpus`, the CPU agents
+/// in enumeration order (indices continue after the GPUs').
+pub(super) fn enumerate(rt: &Runtime, with_cpus: bool) -> Vec<AgentInfo> {
+    let all = all(rt);
     let mut out = Vec::new();
     for want_gpu in [true, false] {
         if !want_gpu && !with_cpus {

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hsa_sys::HsaApiTable;
+use hsa_sys::{HsaApiTable, HSA_DEVICE_TYPE_CPU, HSA_DEVICE_TYPE_GPU};
 use rprof_core::config::{misspelt_variables, TraceConfig};
 use rprof_core::engine::{Engine, EngineOptions};
 use rprof_core::kernels::{KernelTable, NamePolicy};
@@ -543,7 +543,11 @@ fn signal_memory(rt: Runtime, config: &TraceConfig) -> Option<&'static SignalMem
     if config.tuning.rocr_signals {
         return None;
     }
-    let found = SignalMemory::find(rt);
+    let found = SignalMemory::find(
+        rt,
+        &agents::of_type(&rt, HSA_DEVICE_TYPE_CPU),
+        &agents::of_type(&rt, HSA_DEVICE_TYPE_GPU),
+    );
     if found.is_none() && config.tuning.verbose {
         eprintln!("rprof: no fine-grained system memory pool for timestamp signals; using the runtime's signals");
     }
