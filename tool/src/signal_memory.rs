@@ -47,8 +47,9 @@ const BLOCK_SIGNALS: usize = 1024;
 const SIGNAL_BYTES: usize = std::mem::size_of::<amd_signal_t>();
 const _: () = assert!(SIGNAL_BYTES == 64);
 
-/// Offsets the device uses in a signal record.
-const VALUE_OFFSET: usize = 8;
+/// Offsets the device uses in a signal record (ROCr's signals have the same).
+const VALUE_OFFSET: usize = std::mem::offset_of!(amd_signal_t, __bindgen_anon_1);
+const _: () = assert!(VALUE_OFFSET == 8);
 const START_TS_OFFSET: usize = std::mem::offset_of!(amd_signal_t, start_ts);
 const END_TS_OFFSET: usize = std::mem::offset_of!(amd_signal_t, end_ts);
 const _: () = assert!(START_TS_OFFSET == 32 && END_TS_OFFSET == 40);
@@ -121,7 +122,8 @@ impl SignalMemory {
             std::ptr::write_bytes(address as *mut u8, 0, SIGNAL_BYTES);
             std::ptr::write(address as *mut i64, i64::from(AMD_SIGNAL_KIND_USER));
         }
-        store_value(address as u64, initial);
+        // SAFETY: the record just written, handed out to no one yet.
+        unsafe { store_value(address as u64, initial) };
         Ok(address as u64)
     }
 
@@ -183,17 +185,21 @@ impl SignalMemory {
     /// convert them). The end is converted first, as ROCr 6 does, so that a
     /// clock refit between the two conversions lands on the start.
     ///
+    /// # Safety
     /// `signal` must be a live signal of this memory whose packet the caller
     /// has seen complete (its value read with acquire ordering).
-    pub fn dispatch_time(&self, agent: hsa_agent_t, signal: u64) -> Option<(u64, u64)> {
+    pub unsafe fn dispatch_time(&self, agent: hsa_agent_t, signal: u64) -> Option<(u64, u64)> {
         let convert = self
             .rt
             .amd
             .hsa_amd_profiling_convert_tick_to_system_domain_fn?;
-        let (start_tick, end_tick) = (
-            load_u64(signal, START_TS_OFFSET),
-            load_u64(signal, END_TS_OFFSET),
-        );
+        // SAFETY: a live record (this function's contract).
+        let (start_tick, end_tick) = unsafe {
+            (
+                load_u64(signal, START_TS_OFFSET),
+                load_u64(signal, END_TS_OFFSET),
+            )
+        };
         if start_tick == 0 || end_tick == 0 {
             return None;
         }
@@ -208,20 +214,45 @@ impl SignalMemory {
     }
 }
 
+/// The value of the signal at `signal`, read as the device leaves it
+/// (acquire: the dispatch's ticks, written before the decrement, are then
+/// visible). Serves ROCr's signals too: their handle is the address of the
+/// same record.
+///
+/// # Safety
+/// `signal` must be the 8-byte-aligned address of a live `amd_signal_t`.
+pub unsafe fn load_value(signal: u64) -> i64 {
+    // SAFETY: the caller's contract; the value is an aligned i64 the device
+    // updates atomically.
+    unsafe { value_cell(signal) }.load(Ordering::Acquire)
+}
+
 /// Stores `value` into the signal at `signal` (release: the device sees the
 /// record's other fields first).
-pub fn store_value(signal: u64, value: i64) {
-    // SAFETY: `signal` is the 64-byte-aligned address of a live record of a
-    // block (the callers' contract); its value is an aligned i64 the device
-    // updates atomically.
-    let cell = unsafe { &*((signal as usize + VALUE_OFFSET) as *const AtomicI64) };
-    cell.store(value, Ordering::Release);
+///
+/// # Safety
+/// As [`load_value`].
+pub unsafe fn store_value(signal: u64, value: i64) {
+    // SAFETY: the caller's contract.
+    unsafe { value_cell(signal) }.store(value, Ordering::Release);
+}
+
+/// The value word of the record at `signal`.
+///
+/// # Safety
+/// As [`load_value`].
+unsafe fn value_cell<'a>(signal: u64) -> &'a AtomicI64 {
+    // SAFETY: the caller's contract: an aligned, live i64.
+    unsafe { &*((signal as usize + VALUE_OFFSET) as *const AtomicI64) }
 }
 
 /// A 64-bit field of the record at `signal` (acquire).
-fn load_u64(signal: u64, offset: usize) -> u64 {
-    // SAFETY: as `store_value`; the tick fields are aligned u64 the device
-    // writes before it decrements the value.
+///
+/// # Safety
+/// As [`load_value`]; `offset` is that of an aligned 64-bit field.
+unsafe fn load_u64(signal: u64, offset: usize) -> u64 {
+    // SAFETY: the caller's contract; the tick fields are aligned u64 the
+    // device writes before it decrements the value.
     let cell = unsafe { &*((signal as usize + offset) as *const std::sync::atomic::AtomicU64) };
     cell.load(Ordering::Acquire)
 }
@@ -421,7 +452,8 @@ mod tests {
     }
 
     fn field(signal: u64, offset: usize) -> u64 {
-        load_u64(signal, offset)
+        // SAFETY: the tests' live records, at their aligned fields.
+        unsafe { load_u64(signal, offset) }
     }
 
     #[test]
@@ -455,16 +487,20 @@ mod tests {
         let memory = find(fake_runtime()).unwrap();
         let s = memory.create(1).unwrap();
         let gpu = hsa_agent_t { handle: GPU };
-        assert_eq!(memory.dispatch_time(gpu, s), None, "no ticks yet");
+        // SAFETY: (all of them) `s` is a live record of `memory`.
+        let time = |s| unsafe { memory.dispatch_time(gpu, s) };
+        assert_eq!(time(s), None, "no ticks yet");
         // What the packet processor does: ticks, then the decrement.
         // SAFETY: the record's aligned tick fields.
         unsafe {
             *((s as usize + START_TS_OFFSET) as *mut u64) = 100;
             *((s as usize + END_TS_OFFSET) as *mut u64) = 250;
         }
-        store_value(s, 0);
-        assert_eq!(memory.dispatch_time(gpu, s), Some((1007, 2507)));
-        store_value(s, 1);
+        // SAFETY: `s` is a live record of `memory`.
+        unsafe { store_value(s, 0) };
+        assert_eq!(time(s), Some((1007, 2507)));
+        // SAFETY: as above.
+        unsafe { store_value(s, 1) };
         assert_eq!(field(s, VALUE_OFFSET), 1, "reset");
         memory.release_all();
     }

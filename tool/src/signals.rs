@@ -7,7 +7,7 @@
 //! at `OnLoad` and checked to be present; signal handles passed to them are
 //! ones this module created and still owns.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hsa_sys::{
     hsa_agent_t, hsa_amd_profiling_dispatch_time_t, hsa_signal_t, HSA_AMD_SIGNAL_AMD_GPU_ONLY,
@@ -85,7 +85,8 @@ impl SignalProvider for RocrSignals {
 
     fn reset(&self, signal: RawSignal, value: i64) {
         if self.memory.is_some() {
-            signal_memory::store_value(signal.0, value);
+            // SAFETY: a record this provider created and the pool still owns.
+            unsafe { signal_memory::store_value(signal.0, value) };
             return;
         }
         if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
@@ -211,11 +212,6 @@ impl RocrBackend {
     }
 }
 
-/// Offset of the value in ROCr's `amd_signal_t` (the memory the packet
-/// processor decrements).
-const SIGNAL_VALUE_OFFSET: usize = std::mem::offset_of!(hsa_sys::amd_signal_t, __bindgen_anon_1);
-const _: () = assert!(SIGNAL_VALUE_OFFSET == 8);
-
 impl CompletionBackend for RocrBackend {
     fn signal_value(&self, signal: u64) -> i64 {
         // ROCr's signal handle is the address of the signal's `amd_signal_t`
@@ -223,12 +219,10 @@ impl CompletionBackend for RocrBackend {
         // processor decrements the value at offset 8). Reading it directly
         // avoids a call into the runtime for every poll of every dispatch.
         if signal != 0 && signal % 8 == 0 {
-            // SAFETY: `signal` is a live pooled signal created by
-            // `hsa_amd_signal_create` (owned by an in-flight entry, so not
-            // destroyed), whose value is an aligned 64-bit word the device
-            // updates atomically.
-            let value = unsafe { &*((signal as usize + SIGNAL_VALUE_OFFSET) as *const AtomicI64) };
-            return value.load(Ordering::Acquire);
+            // SAFETY: `signal` is a live pooled signal, a record of rprof's
+            // memory or made by `hsa_amd_signal_create` (owned by an
+            // in-flight entry, so not destroyed).
+            return unsafe { signal_memory::load_value(signal) };
         }
         match self.rt.core.hsa_signal_load_relaxed_fn {
             // SAFETY: a pooled signal owned by an in-flight entry.
@@ -247,7 +241,9 @@ impl CompletionBackend for RocrBackend {
 
     fn open_gate(&self, signal: u64) {
         if self.memory.is_some() {
-            signal_memory::store_value(signal, 0);
+            // SAFETY: a pooled gate signal (a record of `memory`) owned by an
+            // in-flight entry.
+            unsafe { signal_memory::store_value(signal, 0) };
             return;
         }
         if let Some(store) = self.rt.core.hsa_signal_store_screlease_fn {
@@ -267,12 +263,12 @@ impl CompletionBackend for RocrBackend {
 
     fn dispatch_time(&self, agent_handle: u64, signal: u64) -> Option<(u64, u64)> {
         if let Some(memory) = self.memory {
-            return memory.dispatch_time(
-                hsa_agent_t {
-                    handle: agent_handle,
-                },
-                signal,
-            );
+            let agent = hsa_agent_t {
+                handle: agent_handle,
+            };
+            // SAFETY: a pooled signal of `memory` owned by the in-flight
+            // entry being retired, whose value the engine saw complete.
+            return unsafe { memory.dispatch_time(agent, signal) };
         }
         let get = self.rt.amd.hsa_amd_profiling_get_dispatch_time_fn?;
         let mut t = hsa_amd_profiling_dispatch_time_t { start: 0, end: 0 };
