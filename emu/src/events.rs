@@ -482,6 +482,28 @@ mod tests {
         assert_eq!(t.wait(&[id], false, 0), Err(EventError::Timeout));
     }
 
+    /// KFD's rule, kept on purpose: a fire that finds a thread waiting on an auto-reset event wakes the threads
+    /// already waiting and nobody else. A thread that checked its condition before the fire but begins its wait
+    /// after it sleeps on; only an age it read before the fire (KFD >= 1.14) catches the fire. ROCr 5.2.3's
+    /// queue destroy loses its wake-up this way when several threads destroy queues at once (their inactive
+    /// signals share one event; docs/emulated-gpu.md).
+    #[test]
+    fn a_fire_that_finds_a_waiter_misses_a_later_wait_without_an_age() {
+        let t = Arc::new(EventTable::new());
+        let id = t.create(true, false, false).unwrap().0;
+        let age_before_the_fire = t.age(id).unwrap();
+        let t2 = t.clone();
+        let waiting = std::thread::spawn(move || t2.wait(&[id], false, 5_000));
+        while t.lock().slots.get(&id).map_or(0, |s| s.waiters) < 1 {
+            std::thread::yield_now();
+        }
+        t.fire(id).unwrap();
+        assert_eq!(waiting.join().unwrap(), Ok(()));
+        assert_eq!(t.wait(&[id], false, 20), Err(EventError::Timeout));
+        let mut ages = [age_before_the_fire];
+        assert_eq!(t.wait_aged(&[id], &mut ages, false, 0), Ok(()));
+    }
+
     #[test]
     fn manual_reset_stays_signaled() {
         let t = EventTable::new();

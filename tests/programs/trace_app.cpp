@@ -343,9 +343,12 @@ static long rss_kb() {
 static int load_mode(int threads, int queues, long n, uint32_t size) {
   static std::atomic<long> warm_kb{0};
   std::vector<std::thread> ts;
+  // Each thread's queues, destroyed from this thread once all are done: ROCr 5.2.3 can hang destroying queues
+  // from several threads at once (docs/emulated-gpu.md, "A lost wake-up that was ROCr's").
+  std::vector<std::vector<hsa_queue_t*>> all_queues(threads);
   for (int t = 0; t < threads; t++) {
-    ts.emplace_back([=] {
-      std::vector<hsa_queue_t*> qs;
+    ts.emplace_back([=, &all_queues] {
+      std::vector<hsa_queue_t*>& qs = all_queues[t];
       for (int i = 0; i < queues; i++) qs.push_back(make_queue(size));
       hsa_signal_t app;
       CHECK(hsa_signal_create(1, 0, nullptr, &app));
@@ -373,11 +376,12 @@ static int load_mode(int threads, int queues, long n, uint32_t size) {
         barrier(q, app);
         wait_zero(app);
       }
-      for (auto q : qs) CHECK(hsa_queue_destroy(q));
       CHECK(hsa_signal_destroy(app));
     });
   }
   for (auto& t : ts) t.join();
+  for (auto& qs : all_queues)
+    for (auto q : qs) CHECK(hsa_queue_destroy(q));
   printf("RSS_KB warm=%ld end=%ld\n", warm_kb.load(), rss_kb());
   report();
   CHECK(hsa_shut_down());

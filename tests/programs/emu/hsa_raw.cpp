@@ -298,12 +298,15 @@ static int mode_main(const char* code_object) {
   }
 
   // Dispatches from several threads, each on its own queue; serial waits (ACTIVE and BLOCKED), then a batch of
-  // 50 in flight at once on one signal.
+  // 50 in flight at once on one signal. The queues are destroyed one at a time once the threads are done: ROCr
+  // 5.2.3 can hang destroying queues from several threads at once (a lost wake-up on the event all its queues
+  // share; docs/emulated-gpu.md, "A lost wake-up that was ROCr's"), on a real KFD as on the emulated one.
   std::atomic<int> completed{0};
   std::vector<std::thread> threads;
+  std::vector<hsa_queue_t*> thread_queues(4, nullptr);
   for (int t = 0; t < 4; t++) {
     threads.emplace_back([&, t] {
-      hsa_queue_t* tq = queue();
+      hsa_queue_t* tq = thread_queues[t] = queue();
       hsa_signal_t ts = signal(1);
       for (int i = 0; i < 100; i++) {
         hsa_signal_store_relaxed(ts, 1);
@@ -317,10 +320,10 @@ static int mode_main(const char* code_object) {
       completed += 50;
       if (hsa_queue_load_read_index_scacquire(tq) != hsa_queue_load_write_index_scacquire(tq)) completed = -100000;
       CHECK(hsa_signal_destroy(ts));
-      CHECK(hsa_queue_destroy(tq));
     });
   }
   for (auto& th : threads) th.join();
+  for (auto* tq : thread_queues) CHECK(hsa_queue_destroy(tq));
   printf("mt_completed=%d\n", completed.load());
 
   // Barrier-AND on a host signal holds the queue (and the dispatch behind it); releasing it lets both finish.
