@@ -393,33 +393,31 @@ fn track_event_packets_end_with_their_timestamp() {
         compress: false,
         ..WriterOptions::default()
     };
-    {
-        let bytes = small_trace_with(delta);
-        let mut events = 0;
-        for raw in frames(&bytes) {
-            let p = TracePacket::decode(raw).unwrap();
-            if !matches!(p.data, Some(Data::TrackEvent(_))) {
-                continue;
-            }
-            events += 1;
-            // The last field: its key byte, then a varint (high bit clear on
-            // its last byte only).
-            let mut end = raw.len() - 1;
-            assert!(raw[end] & 0x80 == 0);
-            while end > 0 && raw[end - 1] & 0x80 != 0 {
-                end -= 1;
-            }
-            assert_eq!(
-                raw[end - 1],
-                8 << 3,
-                "{p:?} does not end with its timestamp"
-            );
-            let mut ts = &raw[end..];
-            let value = prost::encoding::decode_varint(&mut ts).unwrap();
-            assert_eq!(Some(value), p.timestamp);
+    let bytes = small_trace_with(delta);
+    let mut events = 0;
+    for raw in frames(&bytes) {
+        let p = TracePacket::decode(raw).unwrap();
+        if !matches!(p.data, Some(Data::TrackEvent(_))) {
+            continue;
         }
-        assert_eq!(events, 9);
+        events += 1;
+        // The last field: its key byte, then a varint (high bit clear on
+        // its last byte only).
+        let mut end = raw.len() - 1;
+        assert!(raw[end] & 0x80 == 0);
+        while end > 0 && raw[end - 1] & 0x80 != 0 {
+            end -= 1;
+        }
+        assert_eq!(
+            raw[end - 1],
+            8 << 3,
+            "{p:?} does not end with its timestamp"
+        );
+        let mut ts = &raw[end..];
+        let value = prost::encoding::decode_varint(&mut ts).unwrap();
+        assert_eq!(Some(value), p.timestamp);
     }
+    assert_eq!(events, 9);
 }
 
 /// A readable dump of the decoded trace, compared to a committed file.
