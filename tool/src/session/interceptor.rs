@@ -139,8 +139,11 @@ impl Session {
             state.hardware_read.saw(r);
             (r, w)
         };
-        let (mut last_read, w) = indices();
-        if hardware_ring_takes(size, last_read, w, needed) {
+        // The device's read index, against the write index just loaded.
+        // SAFETY: as above; the index load is a plain atomic read.
+        let mut last_read = unsafe { read(hardware) };
+        state.hardware_read.saw(last_read);
+        if hardware_ring_takes(size, last_read, written, needed) {
             return;
         }
         // Bounded by progress: the wait ends once the ring has not moved for
