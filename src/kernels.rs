@@ -39,6 +39,14 @@ pub struct KernelEntry {
     /// loads whole libraries of kernels and launches a few, and demangling
     /// was the largest per-kernel cost left (2.5–7 µs each).
     named: OnceLock<Named>,
+    /// The first dispatch id this entry names: dispatches with a lower id
+    /// were submitted before its executable was frozen, so they ran
+    /// whatever the object held before (0: every dispatch).
+    valid_from: u64,
+    /// The entry this one replaced at the same kernel object (its code
+    /// object unloaded and the memory reused), for the dispatches before
+    /// `valid_from`; `None` when `valid_from` is 0 or the object was new.
+    replaced: Option<Arc<KernelEntry>>,
 }
 
 /// What a kernel is shown as, and whether the filters keep it.
@@ -60,6 +68,20 @@ impl KernelEntry {
     /// Whether the include/exclude filters keep this kernel.
     pub fn keep(&self) -> bool {
         self.named.get().is_none_or(|n| n.keep)
+    }
+
+    /// The entry that names dispatch `dispatch_id` of this entry's kernel
+    /// object: this one, or the one it replaced for a dispatch submitted
+    /// before its executable was frozen.
+    pub fn for_dispatch(self: &Arc<Self>, dispatch_id: u64) -> &Arc<KernelEntry> {
+        let mut entry = self;
+        while entry.valid_from > dispatch_id {
+            match &entry.replaced {
+                Some(older) => entry = older,
+                None => break,
+            }
+        }
+        entry
     }
 
     /// The view that sinks receive.
@@ -125,6 +147,12 @@ pub struct LoadedKernels {
     /// Why a code object's metadata could not be read, if one could not
     /// (its kernels get no resources).
     pub unreadable: Option<String>,
+    /// The first dispatch id that can run these kernels: the engine's next
+    /// dispatch id when the executable was frozen (set by
+    /// [`crate::engine::Engine::push_loaded_kernels`]). A kernel object an
+    /// earlier executable held keeps its old name for the dispatches before
+    /// it, whose records may reach the writer after these kernels do.
+    pub first_dispatch_id: u64,
 }
 
 /// Concurrent map from kernel object to [`KernelEntry`].
@@ -156,43 +184,43 @@ impl KernelTable {
     }
 
     /// Records that `kernel_object` is the kernel `symbol_name` (as the
-    /// loader reports it; a trailing `.kd` is removed). Re-inserting the same
-    /// object replaces its entry (code objects can be unloaded and their
-    /// memory reused).
+    /// loader reports it; a trailing `.kd` is removed), for every dispatch.
+    /// Re-inserting the same object replaces its entry (code objects can be
+    /// unloaded and their memory reused; [`KernelTable::learn`] keeps the
+    /// old entry for the dispatches before the new executable).
     pub fn insert(&self, kernel_object: u64, symbol_name: &str) -> Arc<KernelEntry> {
-        self.insert_with_resources(kernel_object, symbol_name, None)
-    }
-
-    /// As [`KernelTable::insert`], with the kernel's resources from its code
-    /// object's metadata.
-    pub fn insert_with_resources(
-        &self,
-        kernel_object: u64,
-        symbol_name: &str,
-        resources: Option<KernelResourceCounts>,
-    ) -> Arc<KernelEntry> {
-        let entry = self.enter(kernel_object, symbol_name, resources);
+        let entry = self.enter(kernel_object, symbol_name, None, 0);
         self.named(&entry);
         entry
     }
 
-    /// Files `kernel_object` under its symbol, not yet named.
+    /// Files `kernel_object` under its symbol, not yet named, for the
+    /// dispatches from `valid_from` on (0: all); the entry it replaces names
+    /// those before.
     fn enter(
         &self,
         kernel_object: u64,
         symbol_name: &str,
         resources: Option<KernelResourceCounts>,
+        valid_from: u64,
     ) -> Arc<KernelEntry> {
         let symbol = symbol_name.strip_suffix(".kd").unwrap_or(symbol_name);
         let kernel_id = *self
             .ids_by_symbol
             .entry(symbol.to_string())
             .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
+        let replaced = if valid_from == 0 {
+            None
+        } else {
+            self.by_object.get(&kernel_object).map(|e| Arc::clone(&e))
+        };
         let entry = Arc::new(KernelEntry {
             kernel_id,
             symbol_name: symbol.to_string(),
             resources,
             named: OnceLock::new(),
+            valid_from,
+            replaced,
         });
         self.by_object.insert(kernel_object, Arc::clone(&entry));
         self.generation.fetch_add(1, Ordering::Release);
@@ -249,12 +277,18 @@ impl KernelTable {
         for (object, name) in &kernels.symbols {
             let name = name.trim_end_matches('\0');
             let bare = name.strip_suffix(".kd").unwrap_or(name);
-            self.enter(*object, name, resources.get(bare).copied());
+            self.enter(
+                *object,
+                name,
+                resources.get(bare).copied(),
+                kernels.first_dispatch_id,
+            );
         }
         problem.filter(|_| !self.said_unreadable.swap(true, Ordering::Relaxed))
     }
 
-    /// The entry for `kernel_object`. Objects the loader never reported
+    /// The newest entry for `kernel_object` (its dispatches' entries are
+    /// [`KernelTable::for_dispatch`]'s). Objects the loader never reported
     /// (raw code objects, runtime-internal kernels) get an entry named
     /// `unknown_kernel_0x<object>` on first sight.
     pub fn resolve(&self, kernel_object: u64) -> Arc<KernelEntry> {
@@ -264,6 +298,18 @@ impl KernelTable {
             return e;
         }
         self.insert(kernel_object, &format!("unknown_kernel_{kernel_object:#x}"))
+    }
+
+    /// The entry that names dispatch `dispatch_id` among those of `newest`
+    /// (an entry [`KernelTable::resolve`] gave), named.
+    pub fn for_dispatch<'a>(
+        &self,
+        newest: &'a Arc<KernelEntry>,
+        dispatch_id: u64,
+    ) -> &'a Arc<KernelEntry> {
+        let entry = newest.for_dispatch(dispatch_id);
+        self.named(entry);
+        entry
     }
 
     /// Number of kernel objects known.
@@ -588,6 +634,39 @@ mod tests {
         assert_eq!(t.len(), 4);
     }
 
+    /// A kernel object reused by a later executable: each dispatch gets the
+    /// entry of the executable it was submitted under, however late its
+    /// record comes; a plain insert names every dispatch.
+    #[test]
+    fn a_reused_kernel_object_names_each_dispatch_after_the_executable_it_ran() {
+        let t = KernelTable::new(NamePolicy::default());
+        let executable = |symbol: &str, first_dispatch_id| LoadedKernels {
+            symbols: vec![(0x10, symbol.into())],
+            first_dispatch_id,
+            ..LoadedKernels::default()
+        };
+        let name = |newest: &Arc<KernelEntry>, dispatch_id| {
+            t.for_dispatch(newest, dispatch_id)
+                .display_name()
+                .to_string()
+        };
+        t.learn(&executable("_Z5alphav.kd", 1));
+        t.learn(&executable("_Z5gammav.kd", 5));
+        t.learn(&executable("_Z4betav.kd", 9));
+        let newest = t.resolve(0x10);
+        let names: Vec<String> = [1, 4, 5, 8, 9, 100].map(|d| name(&newest, d)).into();
+        assert_eq!(
+            names,
+            ["alpha()", "alpha()", "gamma()", "gamma()", "beta()", "beta()"]
+        );
+        t.insert(0x10, "delta.kd");
+        let newest = t.resolve(0x10);
+        assert_eq!(
+            (name(&newest, 1), name(&newest, 100)),
+            ("delta".into(), "delta".into())
+        );
+    }
+
     #[test]
     fn learned_kernels_are_named_when_first_resolved() {
         let t = KernelTable::new(NamePolicy {
@@ -602,6 +681,7 @@ mod tests {
             ],
             notes: vec![(4, b"not msgpack".to_vec())],
             unreadable: None,
+            first_dispatch_id: 1,
         });
         assert!(
             problem.is_some_and(|p| p.contains("malformed")),

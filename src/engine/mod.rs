@@ -555,12 +555,18 @@ impl<S: DispatchSignal> Engine<S> {
 
     /// Hands the kernels of an executable the app froze to the writer, which
     /// enters them in its kernel table before it writes any record queued
-    /// after this call (so before any dispatch of them). The caller's thread
-    /// only queues them: parsing and demangling are the writer's.
-    pub fn push_loaded_kernels(&self, kernels: LoadedKernels) {
+    /// after this call (so before any dispatch of them). Dispatches submitted
+    /// before this call keep the names their kernel objects had then, even
+    /// when their records come later (an executable unloaded and this one
+    /// loaded at the same address). The caller's thread only queues them:
+    /// parsing and demangling are the writer's.
+    pub fn push_loaded_kernels(&self, mut kernels: LoadedKernels) {
         if !self.is_tracing() {
             return;
         }
+        // Every dispatch submitted before the freeze returned has a lower
+        // id: the app got these kernels' objects only after it.
+        kernels.first_dispatch_id = self.ids.issued() + 1;
         lock_taking_back(&self.loaded_kernels).push(kernels);
         self.push_record(Record::KernelsLoaded);
         // Learn them now, while the app is still loading (the device idle),

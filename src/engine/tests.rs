@@ -290,7 +290,12 @@ struct Names {
 }
 
 impl KernelNames for Names {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+    fn with_kernel(
+        &mut self,
+        kernel_object: u64,
+        _dispatch_id: u64,
+        f: &mut dyn FnMut(&KernelInfo<'_>, bool),
+    ) {
         let name = format!("kernel_{kernel_object:x}");
         let keep = self.include.as_ref().is_none_or(|r| r.is_match(&name))
             && !self.exclude.as_ref().is_some_and(|r| r.is_match(&name));
@@ -453,6 +458,7 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
         symbols: vec![(0x1000, "_Z3fooi.kd".into()), (0x3000, "_Z3bard.kd".into())],
         notes: Vec::new(),
         unreadable: None,
+        first_dispatch_id: 0,
     });
     h.submit(&q, &[kernel_packet(0x1000, 0), kernel_packet(0x2000, 0)]);
     h.submit(&q, &[kernel_packet(0x3000, 0)]);
@@ -473,6 +479,58 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
         ]
     );
     assert_eq!(table.len(), 3);
+}
+
+/// An executable unloaded and another loaded at the same address (ROCr's
+/// allocator reuses the freed block; hipModuleUnload then hipModuleLoad, as
+/// JIT compilers do): a dispatch of the first one whose record is written
+/// only after the second was learned keeps its own kernel's name, and the
+/// second's dispatches get theirs.
+#[test]
+fn a_kernel_object_reused_by_a_later_executable_names_each_dispatch_after_its_own() {
+    let table = Arc::new(KernelTable::new(NamePolicy::default()));
+    let h = Harness::with_options(
+        EngineOptions {
+            pid: 42,
+            max_in_flight: 8,
+            handoff_queue: 8,
+            max_copies_in_flight: 0,
+            record_queue: 64,
+            pool_wait: Duration::from_secs(20),
+            min_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_micros(500),
+            lender_nap: Duration::from_millis(20),
+            serialize: false,
+            host_forwarding: false,
+        },
+        CachedKernelNames::new(table.clone()),
+    );
+    let q = Arc::new(QueueContext::new(7, 0, 0));
+    // The engine sets the first dispatch id.
+    let executable = |symbol: &str| LoadedKernels {
+        symbols: vec![(0x1000, symbol.into())],
+        ..LoadedKernels::default()
+    };
+    h.engine.push_loaded_kernels(executable("_Z5alphav.kd"));
+    // The first executable's dispatch is not retired before the second
+    // executable is learned.
+    h.device.paused.store(true, Ordering::SeqCst);
+    h.submit(&q, &[kernel_packet(0x1000, 0)]);
+    h.engine.push_loaded_kernels(executable("_Z5gammav.kd"));
+    h.device.paused.store(false, Ordering::SeqCst);
+    h.submit(&q, &[kernel_packet(0x1000, 0)]);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 2);
+    let mut names: Vec<(u64, String)> = got
+        .dispatches
+        .iter()
+        .map(|(d, name)| (d.dispatch_id, name.clone()))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [(1, "alpha()".to_string()), (2, "gamma()".to_string())]
+    );
 }
 
 /// The hand-off queue to the completion thread is much smaller than the
@@ -1093,7 +1151,7 @@ fn kernel_table_names_and_filters_the_writer_sees() {
     let mut names = CachedKernelNames::new(table);
     let mut seen = Vec::new();
     for object in [0x10u64, 0x20, 0x30] {
-        names.with_kernel(object, &mut |k, keep| {
+        names.with_kernel(object, 1, &mut |k, keep| {
             seen.push((k.display_name.to_string(), k.kernel_id != 0, keep))
         });
     }
@@ -1997,7 +2055,12 @@ impl RecordSink for NullSink {
 struct StaticNames;
 
 impl KernelNames for StaticNames {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+    fn with_kernel(
+        &mut self,
+        kernel_object: u64,
+        _dispatch_id: u64,
+        f: &mut dyn FnMut(&KernelInfo<'_>, bool),
+    ) {
         let info = KernelInfo {
             kernel_id: kernel_object,
             display_name: "k",
@@ -2903,7 +2966,7 @@ fn the_writers_kernel_cache_follows_the_table() {
     let mut names = CachedKernelNames::new(table.clone());
     let mut name_of = |object: u64| {
         let mut got = (String::new(), 0);
-        names.with_kernel(object, &mut |k, _| {
+        names.with_kernel(object, 1, &mut |k, _| {
             got = (k.display_name.to_string(), k.kernel_id)
         });
         got

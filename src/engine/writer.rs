@@ -35,9 +35,16 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Kernel names and the include/exclude verdict, as the writer needs them.
 pub trait KernelNames {
-    /// Calls `f` with the names of the kernel at `kernel_object` and whether
-    /// the filters keep it (an unknown kernel gets a placeholder name).
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool));
+    /// Calls `f` with the names of the kernel that dispatch `dispatch_id`
+    /// ran at `kernel_object` and whether the filters keep it (an unknown
+    /// kernel gets a placeholder name). The dispatch id tells a kernel from
+    /// the one an earlier executable had at the same object.
+    fn with_kernel(
+        &mut self,
+        kernel_object: u64,
+        dispatch_id: u64,
+        f: &mut dyn FnMut(&KernelInfo<'_>, bool),
+    );
 
     /// Enters the kernels of an executable the app froze.
     fn learn(&mut self, kernels: &LoadedKernels);
@@ -72,17 +79,23 @@ impl CachedKernelNames {
 }
 
 impl KernelNames for CachedKernelNames {
-    fn with_kernel(&mut self, kernel_object: u64, f: &mut dyn FnMut(&KernelInfo<'_>, bool)) {
+    fn with_kernel(
+        &mut self,
+        kernel_object: u64,
+        dispatch_id: u64,
+        f: &mut dyn FnMut(&KernelInfo<'_>, bool),
+    ) {
         let table = &*self.table;
         let generation = table.generation();
         if generation != self.generation {
             self.entries.clear();
             self.generation = generation;
         }
-        let entry = self
+        let newest = self
             .entries
             .entry(kernel_object)
             .or_insert_with(|| table.resolve(kernel_object));
+        let entry = table.for_dispatch(newest, dispatch_id);
         f(&entry.info(), entry.keep());
     }
 
@@ -454,7 +467,7 @@ fn write_record(rec: Record, sinks: &mut Sinks, names: &mut dyn KernelNames, tal
         Record::ThreadName(t) => sinks.each("thread_name", |s| s.thread_name(t.thread_id, t.name)),
         Record::Dispatch(d) => {
             let region = tally.kernel_regions.take(d.correlation_id);
-            names.with_kernel(d.kernel_object, &mut |k, keep| {
+            names.with_kernel(d.kernel_object, d.dispatch_id, &mut |k, keep| {
                 if !keep {
                     tally.filtered_out += 1;
                     return;
