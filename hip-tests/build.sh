@@ -24,7 +24,11 @@ jobs="${HIP_TESTS_JOBS:-2}"
 # gfx942 and gfx1100; the 6.x roots' hipcc (clang 17 / 21) has them all.
 EMULATED_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx942 gfx1030 gfx1100"
 REQUIRED_ARCH=gfx90a
-PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc)
+PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc module_reload)
+# Code objects a program loads at run time (hipModuleLoad), built next to it from
+# module_kernels.cpp with --genco for the emulated GPU's default ISA: the file and
+# the kernel name each is built with.
+declare -A MODULE_OBJECTS=([module_reload]="module_kernel_alpha.co:kernel_alpha module_kernel_gamma.co:kernel_gamma")
 # Programs on a ROCm library: built with that library when its header is installed
 # (scripts/setup.sh and every runtime root install rocRAND and rocPRIM), skipped with a note otherwise.
 LIBRARY_PROGRAMS=(rocrand_gen rocprim_ops)
@@ -103,6 +107,9 @@ signature_hash="$(printf '%s' "$signature" | sha256sum | cut -d' ' -f1)"
 build_one() {
     local prog="$1" src="$here/$1.cpp" bin="$out/$1" stamp="$out/.$1.stamp"
     local want="$signature_hash $(sha256sum "$src" | cut -d' ' -f1)"
+    if [[ -n "${MODULE_OBJECTS[$prog]:-}" ]]; then
+        want="$want $(sha256sum "$here/module_kernels.cpp" | cut -d' ' -f1)"
+    fi
     if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return 0
     fi
@@ -121,6 +128,18 @@ build_one() {
         echo "hip-tests: FAILED to build $prog" >&2
         return 1
     fi
+    local object
+    for object in ${MODULE_OBJECTS[$prog]:-}; do
+        local file="${object%%:*}" kernel="${object#*:}"
+        if ! "$hipcc" "${base_flags[@]}" --genco "--offload-arch=$REQUIRED_ARCH" "-DMODULE_KERNEL=$kernel" \
+            -o "$out/$file.tmp.$$" "$here/module_kernels.cpp" >"$out/.$prog.$file.log" 2>&1; then
+            cat "$out/.$prog.$file.log" >&2
+            rm -f "$tmp" "$out/$file.tmp.$$"
+            echo "hip-tests: FAILED to build $file for $prog" >&2
+            return 1
+        fi
+        mv -f "$out/$file.tmp.$$" "$out/$file"
+    done
     mv -f "$tmp" "$bin"
     printf '%s' "$want" >"$stamp"
 }

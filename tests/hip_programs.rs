@@ -693,6 +693,64 @@ fn the_runtime_event_thread_sleeps_under_rprof_queues() {
     );
 }
 
+/// Kernels loaded at run time and unloaded again, as JIT compilers do:
+/// `module_reload` loads, launches 100 times and unloads a code object four
+/// times over, alternating two of the same layout whose kernel differs only
+/// in name (`kernel_alpha`, `kernel_gamma`). The runtime gives a round's
+/// kernel the address an earlier round's had (the emulated GPU ran several
+/// rounds at one kernel object), so a kernel object names different kernels
+/// over the run.
+/// Every dispatch carries the name of the round it was launched in, in
+/// every output, however late its record reaches the writer: before the fix
+/// whole rounds came out under the next round's name (300 / 100 in five of
+/// five runs on 5.2).
+#[test]
+fn a_kernel_object_reused_by_each_module_load_names_each_rounds_dispatches() {
+    let label = "module_reload";
+    let device = harness::run::fresh_dir("module_reload_device").join("device.txt");
+    let facts = trace_and_check_env(
+        label,
+        "module_reload",
+        &["100", "4"],
+        true,
+        &[(
+            "RPROF_EMU_EVENT_REPORT",
+            device.to_str().expect("UTF-8 path"),
+        )],
+    );
+    let rows = facts.program_rows();
+    assert_eq!(rows.len(), 400);
+    for (n, r) in rows.iter().enumerate() {
+        let round = n / 100;
+        let expect = if round % 2 == 0 {
+            "kernel_alpha"
+        } else {
+            "kernel_gamma"
+        };
+        assert_eq!(
+            r.kernel_name, expect,
+            "dispatch {} is round {round}'s",
+            r.dispatch_id
+        );
+    }
+    // The precondition: the device ran the 400 launches at fewer kernel
+    // objects than there were rounds, whole rounds each (one object on 5.2
+    // and 6.1; on 6.4 the first round's kernel sits elsewhere, the other
+    // three rounds' at one object).
+    let report = std::fs::read_to_string(&device).expect("the emulated GPU's report");
+    let launches: Vec<u64> = report
+        .lines()
+        .filter(|l| l.starts_with("kernel_object=") && !l.contains("symbol=__amd_rocclr"))
+        .filter_map(|l| number_after(l, " launches="))
+        .filter(|&n| n >= 100)
+        .collect();
+    assert_eq!(launches.iter().sum::<u64>(), 400, "{report}");
+    assert!(
+        launches.len() < 4 && launches.iter().all(|n| n % 100 == 0),
+        "no kernel object ran two rounds: {launches:?}\n{report}"
+    );
+}
+
 /// A ROCm library's kernels, which nobody here wrote: `rocrand_gen` has
 /// rocRAND generate 8 batches with each of four generators. rocRAND
 /// launches one kernel per batch, plus one that seeds the engines of the
