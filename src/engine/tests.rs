@@ -431,11 +431,9 @@ impl Harness {
     }
 }
 
-/// Kernels of a frozen executable reach the writer's table through the
-/// engine before any dispatch of them is written, parsed and demangled on the
-/// writer's thread.
-#[test]
-fn loaded_kernels_name_the_dispatches_queued_after_them() {
+/// A small harness whose writer names kernels through a live kernel table
+/// (returned too), as the tool library's does.
+fn harness_with_a_kernel_table() -> (Arc<KernelTable>, Harness) {
     let table = Arc::new(KernelTable::new(NamePolicy::default()));
     let h = Harness::with_options(
         EngineOptions {
@@ -453,6 +451,15 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
         },
         CachedKernelNames::new(table.clone()),
     );
+    (table, h)
+}
+
+/// Kernels of a frozen executable reach the writer's table through the
+/// engine before any dispatch of them is written, parsed and demangled on the
+/// writer's thread.
+#[test]
+fn loaded_kernels_name_the_dispatches_queued_after_them() {
+    let (table, h) = harness_with_a_kernel_table();
     let q = Arc::new(QueueContext::new(7, 0, 0));
     h.engine.push_loaded_kernels(LoadedKernels {
         symbols: vec![(0x1000, "_Z3fooi.kd".into()), (0x3000, "_Z3bard.kd".into())],
@@ -488,23 +495,7 @@ fn loaded_kernels_name_the_dispatches_queued_after_them() {
 /// second's dispatches get theirs.
 #[test]
 fn a_kernel_object_reused_by_a_later_executable_names_each_dispatch_after_its_own() {
-    let table = Arc::new(KernelTable::new(NamePolicy::default()));
-    let h = Harness::with_options(
-        EngineOptions {
-            pid: 42,
-            max_in_flight: 8,
-            handoff_queue: 8,
-            max_copies_in_flight: 0,
-            record_queue: 64,
-            pool_wait: Duration::from_secs(20),
-            min_backoff: Duration::from_micros(50),
-            max_backoff: Duration::from_micros(500),
-            lender_nap: Duration::from_millis(20),
-            serialize: false,
-            host_forwarding: false,
-        },
-        CachedKernelNames::new(table.clone()),
-    );
+    let (table, h) = harness_with_a_kernel_table();
     let q = Arc::new(QueueContext::new(7, 0, 0));
     // The engine sets the first dispatch id.
     let executable = |symbol: &str| LoadedKernels {
@@ -531,6 +522,8 @@ fn a_kernel_object_reused_by_a_later_executable_names_each_dispatch_after_its_ow
         names,
         [(1, "alpha()".to_string()), (2, "gamma()".to_string())]
     );
+    // One kernel object: the newest entry, which keeps the one it replaced.
+    assert_eq!(table.len(), 1);
 }
 
 /// The hand-off queue to the completion thread is much smaller than the
