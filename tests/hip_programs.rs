@@ -751,6 +751,84 @@ fn a_kernel_object_reused_by_each_module_load_names_each_rounds_dispatches() {
     );
 }
 
+/// Two GPUs (the emulated GPU with `RPROF_EMU_GPUS=gfx90a,gfx90a`):
+/// `multi_gpu` drives both from one thread, each with its own kernel
+/// (`gpu_work<d>`, d+1 blocks) 100 times. Besides the shared checks, every
+/// output puts each dispatch on its own GPU: the CSV's agent ids (one per
+/// kernel, 0 and 1), the JSON's (dispatch by dispatch as the CSV's, and two
+/// GPU agents), and the Perfetto trace's slices under each GPU's track (as
+/// many as the CSV has rows on that agent, the runtime's own kernels
+/// included).
+#[test]
+fn kernels_on_two_gpus_are_each_recorded_on_their_own_gpu() {
+    let facts = trace_and_check_env(
+        "multi_gpu",
+        "multi_gpu",
+        &["100"],
+        true,
+        &[("RPROF_EMU_GPUS", "gfx90a,gfx90a")],
+    );
+    let mut by_kernel: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for r in facts.program_rows() {
+        *by_kernel
+            .entry((r.kernel_name.clone(), r.agent_id))
+            .or_default() += 1;
+    }
+    assert_eq!(
+        by_kernel.into_iter().collect::<Vec<_>>(),
+        [
+            (("void gpu_work<0>(int*)".to_string(), 0), 100),
+            (("void gpu_work<1>(int*)".to_string(), 1), 100),
+        ]
+    );
+    let agents = facts.json["agents"].as_array().expect("JSON agents");
+    assert_eq!(
+        agents
+            .iter()
+            .map(|a| (a["index"].as_u64(), a["type"].as_str()))
+            .collect::<Vec<_>>(),
+        [(Some(0), Some("GPU")), (Some(1), Some("GPU"))]
+    );
+    let csv_agents: BTreeMap<u64, u64> = facts
+        .rows
+        .iter()
+        .map(|r| (r.dispatch_id, r.agent_id))
+        .collect();
+    let json_agents: BTreeMap<u64, u64> = facts.json["kernel_dispatches"]
+        .as_array()
+        .expect("kernel_dispatches")
+        .iter()
+        .map(|d| {
+            (
+                d["dispatch_id"].as_u64().expect("dispatch_id"),
+                d["agent_id"].as_u64().expect("agent_id"),
+            )
+        })
+        .collect();
+    assert_eq!(json_agents, csv_agents, "JSON and CSV agents");
+    let mut csv_per_gpu: BTreeMap<u64, u64> = BTreeMap::new();
+    for agent in csv_agents.values() {
+        *csv_per_gpu.entry(*agent).or_default() += 1;
+    }
+    // The checker's track lines: `[track] GPU 1 (gfx90a) / queue 3 / ...: N slices`.
+    let mut trace_per_gpu: BTreeMap<u64, u64> = BTreeMap::new();
+    for line in facts.pftrace.report.lines() {
+        let Some(track) = line.trim_start().strip_prefix("[track] GPU ") else {
+            continue;
+        };
+        let gpu = number_after(&format!(" {track}"), " ").expect("GPU index");
+        let slices = number_after(line, ": ").expect("slice count");
+        if !track.contains("copies") {
+            *trace_per_gpu.entry(gpu).or_default() += slices;
+        }
+    }
+    assert_eq!(
+        trace_per_gpu, csv_per_gpu,
+        "kernel slices per GPU track against CSV rows per agent\n{}",
+        facts.pftrace.report
+    );
+}
+
 /// A ROCm library's kernels, which nobody here wrote: `rocrand_gen` has
 /// rocRAND generate 8 batches with each of four generators. rocRAND
 /// launches one kernel per batch, plus one that seeds the engines of the
