@@ -24,7 +24,7 @@ jobs="${HIP_TESTS_JOBS:-2}"
 # gfx942 and gfx1100; the 6.x roots' hipcc (clang 17 / 21) has them all.
 EMULATED_ARCHS="gfx900 gfx906 gfx908 gfx90a gfx942 gfx1030 gfx1100"
 REQUIRED_ARCH=gfx90a
-PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc module_reload multi_gpu)
+PROGRAMS=(graph_storm multi_stream memcpy_mix threads exit_nosync multiproc module_reload multi_gpu event_timing)
 # Code objects a program loads at run time (hipModuleLoad), built next to it from
 # module_kernels.cpp with --genco for the emulated GPU's default ISA: the file and
 # the kernel name each is built with.

@@ -777,7 +777,7 @@ impl<S: DispatchSignal> Engine<S> {
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) -> bool {
         let slots = entry.slots();
         if entry.host_forward != 0 {
-            backend.forward(entry.host_forward);
+            backend.forward(entry.host_forward, Some(entry.signal.handle()));
         }
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing.

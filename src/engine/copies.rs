@@ -180,7 +180,7 @@ impl<S: DispatchSignal> Engine<S> {
             None
         };
         drop(signal);
-        backend.forward(app_signal);
+        backend.forward(app_signal, None);
         self.copies_out.fetch_sub(1, Ordering::AcqRel);
         if !recorded {
             return;

@@ -132,8 +132,11 @@ pub trait CompletionBackend: Send + Sync {
     /// Stores 0 into a serialization gate signal (release).
     fn open_gate(&self, signal: u64);
     /// Decrements an application's completion signal by 1 (release), as the
-    /// packet processor would have (host forwarding).
-    fn forward(&self, app_signal: u64);
+    /// packet processor would have (host forwarding). For a kernel, first
+    /// gives it the device timestamps the kernel left in `kernel_signal` (its
+    /// timestamp signal), so that the app reads the kernel's times from its
+    /// own signal; `None` for a memory copy.
+    fn forward(&self, app_signal: u64, kernel_signal: Option<u64>);
     /// `(start, end)` of the async memory copy that completed `signal`, in
     /// `CLOCK_BOOTTIME` ns, or `None` if the runtime cannot tell.
     fn copy_time(&self, signal: u64) -> Option<(u64, u64)> {

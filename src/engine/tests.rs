@@ -108,7 +108,7 @@ impl CompletionBackend for FakeBackend {
         }
         self.signals.value[Signals::idx(signal)].load(Ordering::Acquire)
     }
-    fn forward(&self, app_signal: u64) {
+    fn forward(&self, app_signal: u64, _kernel_signal: Option<u64>) {
         self.signals.value[Signals::idx(app_signal)].fetch_sub(1, Ordering::SeqCst);
     }
     fn open_gate(&self, signal: u64) {
@@ -2258,8 +2258,8 @@ impl<F: Fn(u64) + Send + Sync> CompletionBackend for ActingOnRead<F> {
         (self.before_read)(signal);
         self.inner.signal_value(signal)
     }
-    fn forward(&self, app_signal: u64) {
-        self.inner.forward(app_signal)
+    fn forward(&self, app_signal: u64, kernel_signal: Option<u64>) {
+        self.inner.forward(app_signal, kernel_signal)
     }
     fn open_gate(&self, signal: u64) {
         self.inner.open_gate(signal)

@@ -246,6 +246,27 @@ unsafe fn value_cell<'a>(signal: u64) -> &'a AtomicI64 {
     unsafe { &*((signal as usize + VALUE_OFFSET) as *const AtomicI64) }
 }
 
+/// Copies the device timestamps (`start_ts`, `end_ts`) of the record at
+/// `from` into the record at `to`, as the packet processor writes them into
+/// a completion signal: the app whose signal rprof forwards from the host
+/// then reads its kernel's times there (`hsa_amd_profiling_get_dispatch_time`,
+/// which HIP's `hipExtLaunchKernel` events use). Plain stores: the caller
+/// publishes them with the release decrement that follows.
+///
+/// # Safety
+/// `from` and `to` must be the 8-byte-aligned addresses of live
+/// `amd_signal_t` records, `from`'s ticks already written by the device.
+pub unsafe fn copy_times(from: u64, to: u64) {
+    for offset in [START_TS_OFFSET, END_TS_OFFSET] {
+        // SAFETY: the caller's contract: aligned u64 fields of live records.
+        unsafe {
+            let tick = load_u64(from, offset);
+            (*((to as usize + offset) as *const std::sync::atomic::AtomicU64))
+                .store(tick, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A 64-bit field of the record at `signal` (acquire).
 ///
 /// # Safety
@@ -502,6 +523,28 @@ mod tests {
         // SAFETY: as above.
         unsafe { store_value(s, 1) };
         assert_eq!(field(s, VALUE_OFFSET), 1, "reset");
+        memory.release_all();
+    }
+
+    /// Host forwarding gives the app's signal the kernel's ticks (what the
+    /// packet processor would have written there), and only those fields.
+    #[test]
+    fn a_forwarded_signal_gets_the_kernels_ticks() {
+        let memory = find(fake_runtime()).unwrap();
+        let (kernel, app) = (memory.create(0).unwrap(), memory.create(1).unwrap());
+        // SAFETY: the kernel record's aligned tick fields.
+        unsafe {
+            *((kernel as usize + START_TS_OFFSET) as *mut u64) = 100;
+            *((kernel as usize + END_TS_OFFSET) as *mut u64) = 250;
+        }
+        // SAFETY: two live records of `memory`.
+        unsafe { copy_times(kernel, app) };
+        assert_eq!(
+            (field(app, START_TS_OFFSET), field(app, END_TS_OFFSET)),
+            (100, 250)
+        );
+        assert_eq!(field(app, VALUE_OFFSET), 1, "the value is the caller's");
+        assert_eq!(field(app, 0), AMD_SIGNAL_KIND_USER as u64, "kind");
         memory.release_all();
     }
 

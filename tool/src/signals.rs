@@ -231,8 +231,16 @@ impl CompletionBackend for RocrBackend {
         }
     }
 
-    fn forward(&self, app_signal: u64) {
+    fn forward(&self, app_signal: u64, kernel_signal: Option<u64>) {
         if let Some(subtract) = self.rt.core.hsa_signal_subtract_screlease_fn {
+            if let Some(kernel_signal) = kernel_signal {
+                // SAFETY: `kernel_signal` is the finished kernel's timestamp
+                // signal, still owned by its in-flight entry; `app_signal` is
+                // the app's own completion signal from its packet, which the
+                // app keeps alive until it has seen it complete (below); both
+                // are `amd_signal_t` records (ROCr's handles are their address).
+                unsafe { signal_memory::copy_times(kernel_signal, app_signal) };
+            }
             // SAFETY: the app's own completion signal from its packet; the
             // app keeps it alive until it has seen it complete.
             unsafe { subtract(hsa_signal_t { handle: app_signal }, 1) };
