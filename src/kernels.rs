@@ -49,6 +49,23 @@ pub struct KernelEntry {
     replaced: Option<Arc<KernelEntry>>,
 }
 
+/// Gives up the chain of replaced entries one link at a time: a kernel object
+/// reused by 100,000 module loads makes a chain that long, and dropping it
+/// recursively would overflow the stack at exit.
+impl Drop for KernelEntry {
+    fn drop(&mut self) {
+        let mut next = self.replaced.take();
+        while let Some(entry) = next {
+            next = match Arc::try_unwrap(entry) {
+                Ok(mut older) => older.replaced.take(),
+                // Still held elsewhere (a writer's cache): its last holder
+                // drops the rest.
+                Err(_) => None,
+            };
+        }
+    }
+}
+
 /// What a kernel is shown as, and whether the filters keep it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Named {
@@ -665,6 +682,25 @@ mod tests {
             (name(&newest, 1), name(&newest, 100)),
             ("delta".into(), "delta".into())
         );
+    }
+
+    /// A kernel object reloaded 200,000 times: its chain of entries is given
+    /// up without recursing once per link (which overflowed a test thread's
+    /// stack).
+    #[test]
+    fn a_long_chain_of_replaced_entries_drops_without_recursion() {
+        let t = KernelTable::new(NamePolicy::default());
+        for first in 1..=200_000u64 {
+            t.learn(&LoadedKernels {
+                symbols: vec![(0x10, "k.kd".into())],
+                first_dispatch_id: first,
+                ..LoadedKernels::default()
+            });
+        }
+        let newest = t.resolve(0x10);
+        assert_eq!(t.for_dispatch(&newest, 1).valid_from, 1);
+        drop(newest);
+        drop(t);
     }
 
     #[test]
