@@ -831,42 +831,45 @@ fn kernels_on_two_gpus_are_each_recorded_on_their_own_gpu() {
 
 /// Kernel times the app reads from its own completion signal, as HIP's
 /// launch events do (`hipExtLaunchKernelGGL` with a start and a stop event,
-/// then `hipEventElapsedTime`): with the app's signal forwarded from the host
-/// (`RPROF_FORWARD_APP_SIGNAL=host`), rprof first gives it the kernel's device
-/// timestamps, so every one of `event_timing`'s five 1 ms kernels (the
-/// emulated GPU's `RPROF_EMU_KERNEL_NS`) reads 1 ms, as untraced. Without
-/// that copy HIP 6.4 read 0 µs. (With the default barrier forwarding it
-/// still does: docs/completion.md, "The app's own kernel times".)
+/// then `hipEventElapsedTime`): every one of `event_timing`'s five 1 ms
+/// kernels (the emulated GPU's `RPROF_EMU_KERNEL_NS`) reads 1 ms, as
+/// untraced, whichever way rprof completes the app's signal. With the
+/// default forwarding barrier rprof answers the app's query
+/// (`hsa_amd_profiling_get_dispatch_time`) with the kernel's times; with
+/// host forwarding (`RPROF_FORWARD_APP_SIGNAL=host`) it gives the app's signal
+/// the kernel's ticks before completing it. HIP 6.4 read 0 µs without either.
 #[test]
-fn an_app_timing_its_kernels_with_launch_events_reads_their_times_under_host_forwarding() {
-    let label = "event_timing";
-    let run = run_traced(
-        label,
-        &["-o", label],
-        &hip_program("event_timing"),
-        &["5"],
-        &[
-            ("RPROF_FORWARD_APP_SIGNAL", "host"),
-            ("RPROF_EMU_KERNEL_NS", "1000000"),
-        ],
-    );
-    run.assert_success();
-    let report = single_report(&run);
-    let facts = check_outputs(&run.dir, label, &report);
-    assert_eq!(facts.program_dispatches(), 5);
-    let line = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("EVENT_TIMING "))
-        .unwrap_or_else(|| panic!("no EVENT_TIMING line:\n{}", run.stdout));
-    let (min, max) = (
-        number_after(line, " min_us=").expect("min_us"),
-        number_after(line, " max_us=").expect("max_us"),
-    );
-    assert!(
-        (950..=1500).contains(&min) && (950..=1500).contains(&max),
-        "event times of 1 ms kernels: {line}"
-    );
+fn an_app_timing_its_kernels_with_launch_events_reads_their_times() {
+    for forwarding in ["barrier", "host"] {
+        let label = format!("event_timing_{forwarding}");
+        let run = run_traced(
+            &label,
+            &["-o", &label],
+            &hip_program("event_timing"),
+            &["5"],
+            &[
+                ("RPROF_FORWARD_APP_SIGNAL", forwarding),
+                ("RPROF_EMU_KERNEL_NS", "1000000"),
+            ],
+        );
+        run.assert_success();
+        let report = single_report(&run);
+        let facts = check_outputs(&run.dir, &label, &report);
+        assert_eq!(facts.program_dispatches(), 5);
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("EVENT_TIMING "))
+            .unwrap_or_else(|| panic!("no EVENT_TIMING line:\n{}", run.stdout));
+        let (min, max) = (
+            number_after(line, " min_us=").expect("min_us"),
+            number_after(line, " max_us=").expect("max_us"),
+        );
+        assert!(
+            (950..=1500).contains(&min) && (950..=1500).contains(&max),
+            "{forwarding} forwarding: event times of 1 ms kernels: {line}"
+        );
+    }
 }
 
 /// A ROCm library's kernels, which nobody here wrote: `rocrand_gen` has

@@ -167,6 +167,7 @@ impl<S: DispatchSignal> Engine<S> {
             self.count_lost(codeless as u64);
         }
         if kernels == 0 {
+            packets.iter().for_each(|p| self.passes_through(p));
             write(packets);
             return;
         }
@@ -184,6 +185,7 @@ impl<S: DispatchSignal> Engine<S> {
         // Room in the ring first, for as many slots as the batch can take.
         if !self.wait_for_ring_space(queue, self.slots_needed(packets)) {
             self.count_lost(kernels as u64);
+            packets.iter().for_each(|p| self.passes_through(p));
             write(packets);
             return;
         }
@@ -419,6 +421,7 @@ impl<S: DispatchSignal> Engine<S> {
             }
             let marked = markers_from.take();
             if !is_traceable(p) {
+                self.passes_through(p);
                 batch.packets.push(*p);
                 continue;
             }
@@ -426,6 +429,7 @@ impl<S: DispatchSignal> Engine<S> {
             k += 1;
             let Some((signal, serial)) = self.kernel_signals(&mut signals) else {
                 batch.untraced += 1;
+                self.passes_through(p);
                 batch.packets.push(*p);
                 continue;
             };
@@ -433,18 +437,37 @@ impl<S: DispatchSignal> Engine<S> {
                 push_gate(&mut batch.packets, g, marked);
             }
             let forwarded = self.push_kernel(&mut batch.packets, p, signal.handle());
+            if forwarded {
+                self.forwarded_times
+                    .expect(p.completion_signal(), ids.dispatch_id(i));
+            } else {
+                // Host forwarding gives the app's signal the kernel's own
+                // times.
+                self.forwarded_times.forget(p.completion_signal());
+            }
             batch.dispatches.push(InFlight {
                 record: dispatch_record(p, caller, &ids, i),
                 queue: caller.queue.clone(),
                 signal,
                 forwarded,
-                host_forward: if forwarded { 0 } else { p.completion_signal() },
+                app_signal: p.completion_signal(),
                 serial,
                 recorded: true,
                 call: None,
             });
         }
         ids
+    }
+
+    /// A packet reaches the device as the app wrote it: if it completes an
+    /// app signal (any type the HSA specification defines; a vendor packet's
+    /// field there may be something else), that signal's times are the
+    /// packet's own from now on.
+    #[inline]
+    fn passes_through(&self, p: &RawPacket) {
+        if p.packet_type() != hsa_sys::HSA_PACKET_TYPE_VENDOR_SPECIFIC {
+            self.forwarded_times.forget(p.completion_signal());
+        }
     }
 
     /// The next kernel's signals: its timestamp signal and, when

@@ -559,7 +559,7 @@ impl<S: DispatchSignal> Engine<S> {
                 unfinished_run = 0;
                 continue;
             }
-            if tracked[i].host_forward != 0 || tracked[i].serial.is_some() {
+            if tracked[i].host_forward() != 0 || tracked[i].serial.is_some() {
                 latency_bound = true;
             }
             unfinished_run += 1;
@@ -776,8 +776,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// waiter's target was reached (the caller wakes the waiters once).
     fn complete(&self, backend: &dyn CompletionBackend, entry: InFlight<S>, observed: u64) -> bool {
         let slots = entry.slots();
-        if entry.host_forward != 0 {
-            backend.forward(entry.host_forward, Some(entry.signal.handle()));
+        if entry.host_forward() != 0 {
+            backend.forward(entry.host_forward(), Some(entry.signal.handle()));
         }
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing.
@@ -786,6 +786,7 @@ impl<S: DispatchSignal> Engine<S> {
             drop(entry);
             return reached;
         }
+        let forwarded_to = if entry.forwarded { entry.app_signal } else { 0 };
         let InFlight {
             mut record,
             queue,
@@ -794,6 +795,12 @@ impl<S: DispatchSignal> Engine<S> {
             ..
         } = entry;
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
+        if let (Some((start, end)), true) = (times, forwarded_to != 0) {
+            // What the app reads from its own signal, had the kernel
+            // completed it.
+            self.forwarded_times
+                .record(forwarded_to, record.dispatch_id, start, end);
+        }
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).
         drop(signal);

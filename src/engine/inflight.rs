@@ -163,10 +163,10 @@ pub struct InFlight<S> {
     pub signal: S,
     /// Whether a forwarding barrier follows the kernel (it holds a slot).
     pub forwarded: bool,
-    /// With host forwarding (a measured alternative, see
-    /// `docs/completion.md`): the app's signal, decremented by the completion
-    /// thread once the kernel is seen complete (0 = none).
-    pub host_forward: u64,
+    /// The app's completion signal (0 = none). With host forwarding (a
+    /// measured alternative, see `docs/completion.md`; `forwarded` false)
+    /// the completion thread decrements it once the kernel is seen complete.
+    pub app_signal: u64,
     /// With `--serialize-kernels`: the two barriers in front of the kernel.
     pub serial: Option<SerialGate<S>>,
     /// Whether the dispatch is recorded. Dispatches submitted after
@@ -225,6 +225,16 @@ impl<S> InFlight<S> {
         let r = &self.record;
         let call = self.call.take()?;
         Some(call.record(r.thread_id, r.queue_id, r.agent_index, r.enqueue_ns))
+    }
+
+    /// The app's signal the completion thread decrements (host
+    /// forwarding), or 0.
+    pub fn host_forward(&self) -> u64 {
+        if self.forwarded {
+            0
+        } else {
+            self.app_signal
+        }
     }
 
     /// Ring slots this dispatch holds until it completes.

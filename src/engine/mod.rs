@@ -75,6 +75,7 @@
 mod batch;
 mod completion;
 mod copies;
+mod forwarded;
 pub mod ids;
 mod inflight;
 mod ring;
@@ -90,6 +91,7 @@ use crossbeam_utils::CachePadded;
 pub use batch::{PacketBatch, BATCH_INLINE_DISPATCHES, BATCH_INLINE_PACKETS};
 pub use completion::Lending;
 pub use copies::CopyInFlight;
+pub use forwarded::{ForwardedKernel, ForwardedTimes};
 pub use ids::{boottime_ns, current_thread_id, fast_boottime_ns, IdAllocator, IdRange};
 pub use inflight::{CallSummary, GateState, InFlight, QueueContext, SerialGate};
 pub use ring::{hardware_ring_takes, hardware_slots, SeenReadIndex};
@@ -319,6 +321,9 @@ pub struct Engine<S> {
     /// ([`Engine::push_loaded_kernels`]); locked once per executable, never
     /// per dispatch.
     loaded_kernels: Mutex<Vec<LoadedKernels>>,
+    /// The kernel times behind app signals completed by a forwarding
+    /// barrier (the tool answers the app's timestamp queries from it).
+    forwarded_times: ForwardedTimes,
 }
 
 /// Longest the completion thread waits for a writer that takes no record
@@ -382,6 +387,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// [`Engine::run_writer`] on threads of their own.
     pub fn new(options: EngineOptions) -> Self {
         Engine {
+            forwarded_times: ForwardedTimes::default(),
             ids: CachePadded::new(IdAllocator::new(options.pid)),
             pending: ArrayQueue::new(options.handoff_queue.min(options.max_in_flight).max(1)),
             in_flight: CachePadded::new(AtomicU64::new(0)),
@@ -577,6 +583,12 @@ impl<S: DispatchSignal> Engine<S> {
         // WRITER_IDLE_MAX): else the learning, and the backlog of records
         // queued meanwhile, land in one burst amid the app's first kernels.
         self.writer_wake.notify();
+    }
+
+    /// The kernel last forwarded by barrier to the app's completion signal
+    /// `signal`, and its times once retired ([`ForwardedTimes`]).
+    pub fn forwarded_kernel(&self, signal: u64) -> ForwardedKernel {
+        self.forwarded_times.lookup(signal)
     }
 
     /// The kernels queued by [`Engine::push_loaded_kernels`] so far, in

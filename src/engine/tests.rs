@@ -1131,6 +1131,37 @@ fn host_forwarding_completes_the_app_signal_without_a_barrier() {
     assert_eq!(device.barriers.load(Ordering::SeqCst), 0);
 }
 
+/// The app's signal completed by a forwarding barrier: once the kernel is
+/// retired, the engine knows the kernel's times for that signal (what the
+/// tool answers the app's timestamp query with); a packet the app sends
+/// later with the same signal makes them unknown again.
+#[test]
+fn a_barrier_forwarded_signal_keeps_its_kernels_times() {
+    let (_table, h) = harness_with_a_kernel_table();
+    let q = Arc::new(QueueContext::new(1, 0, 0));
+    let app = 2600u64;
+    h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+    h.submit(&q, &[kernel_packet(1, app)]);
+    let t0 = Instant::now();
+    let times = loop {
+        if let ForwardedKernel::Times(start, end) = h.engine.forwarded_kernel(app) {
+            break (start, end);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "never retired");
+        std::thread::yield_now();
+    };
+    // The app's own barrier packet with the same signal.
+    let mut barrier = RawPacket::ZERO;
+    barrier.set_header((HSA_PACKET_TYPE_BARRIER_AND << HSA_PACKET_HEADER_TYPE) as u16);
+    barrier.set_completion_signal(app);
+    h.submit(&q, &[barrier]);
+    assert_eq!(h.engine.forwarded_kernel(app), ForwardedKernel::Unknown);
+    let (outcome, got, _) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, 1);
+    let d = &got.dispatches[0].0;
+    assert_eq!((d.start_ns, d.end_ns), times, "the record's own times");
+}
+
 #[test]
 fn kernel_table_names_and_filters_the_writer_sees() {
     use crate::kernels::{KernelTable, NamePolicy};

@@ -177,6 +177,8 @@ pub enum AmdEntry {
     AsyncCopyRect,
     /// `hsa_amd_memory_async_copy_on_engine` (major 2 only).
     AsyncCopyOnEngine,
+    /// `hsa_amd_profiling_get_dispatch_time`.
+    ProfilingGetDispatchTime,
 }
 
 /// Byte offset of `entry` in an AMD extension table of major `major`.
@@ -193,6 +195,13 @@ fn amd_entry_offset(major: u32, entry: AmdEntry) -> Option<usize> {
             hsa_amd_memory_async_copy_rect_fn
         )),
         (1, AmdEntry::AsyncCopyOnEngine) => None,
+        (1, AmdEntry::ProfilingGetDispatchTime) => Some(std::mem::offset_of!(
+            AmdExtTable,
+            hsa_amd_profiling_get_dispatch_time_fn
+        )),
+        (2, AmdEntry::ProfilingGetDispatchTime) => {
+            Some(by_index(AMD_V2_INDEX::PROFILING_GET_DISPATCH_TIME))
+        }
         (2, AmdEntry::AsyncCopy) => Some(by_index(AMD_V2_INDEX::MEMORY_ASYNC_COPY)),
         (2, AmdEntry::AsyncCopyRect) => Some(by_index(AMD_V2_INDEX::MEMORY_ASYNC_COPY_RECT)),
         (2, AmdEntry::AsyncCopyOnEngine) => {
@@ -814,6 +823,10 @@ mod tests {
             for (entry, name) in [
                 (AmdEntry::AsyncCopy, "hsa_amd_memory_async_copy_fn"),
                 (AmdEntry::AsyncCopyRect, "hsa_amd_memory_async_copy_rect_fn"),
+                (
+                    AmdEntry::ProfilingGetDispatchTime,
+                    "hsa_amd_profiling_get_dispatch_time_fn",
+                ),
             ] {
                 assert_eq!(
                     amd_entry_offset(l.amd.major, entry),

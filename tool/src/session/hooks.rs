@@ -67,6 +67,10 @@ pub(super) unsafe fn install(
             }
         })
     };
+    if config.kernel_trace {
+        // SAFETY: as above.
+        unsafe { super::kernel_times::install(table) };
+    }
     if let (true, Some(s)) = (config.memory_copy_trace, s) {
         // SAFETY: as above.
         unsafe { super::copies::install(table, s) };

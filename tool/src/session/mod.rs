@@ -38,6 +38,7 @@ mod flush;
 mod hooks;
 mod interceptor;
 mod kernel_symbols;
+mod kernel_times;
 mod lending_wait;
 mod lifecycle;
 mod run_info;
