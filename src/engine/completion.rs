@@ -780,7 +780,20 @@ impl<S: DispatchSignal> Engine<S> {
             backend.forward(entry.host_forward(), Some(entry.signal.handle()));
         }
         if !entry.recorded {
-            // Tracked only for the ring guard: recycle, record nothing.
+            // Tracked only for the ring guard: recycle, record nothing (but
+            // the app may still ask for its kernel's times).
+            if entry.forwarded && entry.app_signal != 0 {
+                if let Some((start, end)) =
+                    backend.dispatch_time(entry.queue.agent_handle, entry.signal.handle())
+                {
+                    self.forwarded_times.record(
+                        entry.app_signal,
+                        entry.record.dispatch_id,
+                        start,
+                        end,
+                    );
+                }
+            }
             entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
             let reached = entry.queue.release_slots(slots);
             drop(entry);
