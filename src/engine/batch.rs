@@ -250,6 +250,7 @@ impl<S: DispatchSignal> Engine<S> {
         if self.is_guarding() {
             self.guard_only(queue, packets, kernels, source, write);
         } else {
+            packets.iter().for_each(|p| self.passes_through(p));
             write(packets);
         }
     }
@@ -360,6 +361,7 @@ impl<S: DispatchSignal> Engine<S> {
             || packets.len() + kernels * 3 > BATCH_INLINE_PACKETS
             || !self.wait_for_ring_space(queue, self.slots_needed(packets))
         {
+            packets.iter().for_each(|p| self.passes_through(p));
             write(packets);
             return;
         }
