@@ -838,9 +838,19 @@ fn kernels_on_two_gpus_are_each_recorded_on_their_own_gpu() {
 /// (`hsa_amd_profiling_get_dispatch_time`) with the kernel's times; with
 /// host forwarding (`RPROF_FORWARD_APP_SIGNAL=host`) it gives the app's signal
 /// the kernel's ticks before completing it. HIP 6.4 read 0 µs without either.
+/// Host forwarding is checked where HIP takes these times from the kernel's
+/// own signal (HIP 6.4, the 6.4 and 7.0 roots): HIP 5.2 and 5.7 time them
+/// with markers that wait for the app's signal, so there the events also
+/// measure how late the completion thread forwards it (up to 4.6 ms with
+/// other tests running beside it), the latency host forwarding is known to
+/// cost (docs/completion.md).
 #[test]
 fn an_app_timing_its_kernels_with_launch_events_reads_their_times() {
-    for forwarding in ["barrier", "host"] {
+    let modes: &[&str] = match Runtime::selected().version() {
+        "6.4" | "7.0" => &["barrier", "host"],
+        _ => &["barrier"],
+    };
+    for &forwarding in modes {
         let label = format!("event_timing_{forwarding}");
         let run = run_traced(
             &label,

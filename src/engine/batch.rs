@@ -167,8 +167,7 @@ impl<S: DispatchSignal> Engine<S> {
             self.count_lost(codeless as u64);
         }
         if kernels == 0 {
-            packets.iter().for_each(|p| self.passes_through(p));
-            write(packets);
+            self.write_untouched(packets, write);
             return;
         }
         // Announce the call before looking at the state (both SeqCst):
@@ -185,8 +184,7 @@ impl<S: DispatchSignal> Engine<S> {
         // Room in the ring first, for as many slots as the batch can take.
         if !self.wait_for_ring_space(queue, self.slots_needed(packets)) {
             self.count_lost(kernels as u64);
-            packets.iter().for_each(|p| self.passes_through(p));
-            write(packets);
+            self.write_untouched(packets, write);
             return;
         }
         // Both of the call's times come from the fast clock: two
@@ -250,8 +248,7 @@ impl<S: DispatchSignal> Engine<S> {
         if self.is_guarding() {
             self.guard_only(queue, packets, kernels, source, write);
         } else {
-            packets.iter().for_each(|p| self.passes_through(p));
-            write(packets);
+            self.write_untouched(packets, write);
         }
     }
 
@@ -361,8 +358,7 @@ impl<S: DispatchSignal> Engine<S> {
             || packets.len() + kernels * 3 > BATCH_INLINE_PACKETS
             || !self.wait_for_ring_space(queue, self.slots_needed(packets))
         {
-            packets.iter().for_each(|p| self.passes_through(p));
-            write(packets);
+            self.write_untouched(packets, write);
             return;
         }
         let mut batch = PacketBatch::inline();
@@ -459,6 +455,12 @@ impl<S: DispatchSignal> Engine<S> {
             });
         }
         ids
+    }
+
+    /// Hands the call's packets to the runtime as the app wrote them.
+    fn write_untouched(&self, packets: &[RawPacket], write: impl FnOnce(&[RawPacket])) {
+        packets.iter().for_each(|p| self.passes_through(p));
+        write(packets);
     }
 
     /// A packet reaches the device as the app wrote it: if it completes an

@@ -779,27 +779,19 @@ impl<S: DispatchSignal> Engine<S> {
         if entry.host_forward() != 0 {
             backend.forward(entry.host_forward(), Some(entry.signal.handle()));
         }
+        let forwarded_to = entry.forwarded_signal();
         if !entry.recorded {
             // Tracked only for the ring guard: recycle, record nothing (but
             // the app may still ask for its kernel's times).
-            if entry.forwarded && entry.app_signal != 0 {
-                if let Some((start, end)) =
-                    backend.dispatch_time(entry.queue.agent_handle, entry.signal.handle())
-                {
-                    self.forwarded_times.record(
-                        entry.app_signal,
-                        entry.record.dispatch_id,
-                        start,
-                        end,
-                    );
-                }
+            if forwarded_to != 0 {
+                let times = backend.dispatch_time(entry.queue.agent_handle, entry.signal.handle());
+                self.keep_forwarded_times(forwarded_to, entry.record.dispatch_id, times);
             }
             entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
             let reached = entry.queue.release_slots(slots);
             drop(entry);
             return reached;
         }
-        let forwarded_to = if entry.forwarded { entry.app_signal } else { 0 };
         let InFlight {
             mut record,
             queue,
@@ -808,12 +800,7 @@ impl<S: DispatchSignal> Engine<S> {
             ..
         } = entry;
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
-        if let (Some((start, end)), true) = (times, forwarded_to != 0) {
-            // What the app reads from its own signal, had the kernel
-            // completed it.
-            self.forwarded_times
-                .record(forwarded_to, record.dispatch_id, start, end);
-        }
+        self.keep_forwarded_times(forwarded_to, record.dispatch_id, times);
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).
         drop(signal);
@@ -828,6 +815,15 @@ impl<S: DispatchSignal> Engine<S> {
             self.writer_wake.notify();
         }
         reached
+    }
+
+    /// Keeps a retired kernel's times for the app signal its forwarding
+    /// barrier completes (`signal`, 0 for none): what the app reads from its
+    /// own signal, had the kernel completed it.
+    fn keep_forwarded_times(&self, signal: u64, dispatch_id: u64, times: Option<(u64, u64)>) {
+        if let (Some((start, end)), true) = (times, signal != 0) {
+            self.forwarded_times.record(signal, dispatch_id, start, end);
+        }
     }
 
     /// [`clamp_times`], counting the timestamps it moved.

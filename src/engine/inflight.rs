@@ -237,6 +237,16 @@ impl<S> InFlight<S> {
         }
     }
 
+    /// The app's signal a forwarding barrier completes after the kernel, or
+    /// 0 (the app asks rprof for its kernel's times: `ForwardedTimes`).
+    pub fn forwarded_signal(&self) -> u64 {
+        if self.forwarded {
+            self.app_signal
+        } else {
+            0
+        }
+    }
+
     /// Ring slots this dispatch holds until it completes.
     pub fn slots(&self) -> u64 {
         1 + u64::from(self.forwarded) + if self.serial.is_some() { 2 } else { 0 }

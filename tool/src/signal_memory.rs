@@ -259,11 +259,7 @@ unsafe fn value_cell<'a>(signal: u64) -> &'a AtomicI64 {
 pub unsafe fn copy_times(from: u64, to: u64) {
     for offset in [START_TS_OFFSET, END_TS_OFFSET] {
         // SAFETY: the caller's contract: aligned u64 fields of live records.
-        unsafe {
-            let tick = load_u64(from, offset);
-            (*((to as usize + offset) as *const std::sync::atomic::AtomicU64))
-                .store(tick, Ordering::Relaxed);
-        }
+        unsafe { u64_cell(to, offset).store(load_u64(from, offset), Ordering::Relaxed) };
     }
 }
 
@@ -274,8 +270,16 @@ pub unsafe fn copy_times(from: u64, to: u64) {
 unsafe fn load_u64(signal: u64, offset: usize) -> u64 {
     // SAFETY: the caller's contract; the tick fields are aligned u64 the
     // device writes before it decrements the value.
-    let cell = unsafe { &*((signal as usize + offset) as *const std::sync::atomic::AtomicU64) };
-    cell.load(Ordering::Acquire)
+    unsafe { u64_cell(signal, offset) }.load(Ordering::Acquire)
+}
+
+/// The 64-bit field at `offset` of the record at `signal`.
+///
+/// # Safety
+/// As [`load_u64`].
+unsafe fn u64_cell<'a>(signal: u64, offset: usize) -> &'a std::sync::atomic::AtomicU64 {
+    // SAFETY: the caller's contract: an aligned u64 of a live record.
+    unsafe { &*((signal as usize + offset) as *const std::sync::atomic::AtomicU64) }
 }
 
 /// The first fine-grained global pool of `cpu` that the runtime allocates

@@ -79,6 +79,7 @@ unsafe extern "C" fn hook_get_dispatch_time(
 /// has not); `None` when the signal's last packet was no such kernel.
 fn forwarded_kernel_times(s: &Session, signal: u64) -> Option<(u64, u64)> {
     let mut wait: Option<Wait> = None;
+    let backend = RocrBackend::new(s.rt, s.signal_memory);
     loop {
         match s.engine.forwarded_kernel(signal) {
             ForwardedKernel::Times(start, end) => return Some((start, end)),
@@ -89,7 +90,6 @@ fn forwarded_kernel_times(s: &Session, signal: u64) -> Option<(u64, u64)> {
         if wait.expired() {
             return None;
         }
-        let backend = RocrBackend::new(s.rt, s.signal_memory);
         if s.engine.lend_completion(&backend, 64) == 0 {
             wait.pause();
         }
