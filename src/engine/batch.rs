@@ -331,7 +331,6 @@ impl<S: DispatchSignal> Engine<S> {
                 if let Some(call) = b.take_call_record() {
                     self.push_record(Record::Intercept(call));
                 }
-                queue.in_flight.fetch_sub(1, Ordering::AcqRel);
                 if queue.release_slots(b.slots()) {
                     self.ring_space.notify_all();
                 }
@@ -587,12 +586,9 @@ fn count_dispatches(packets: &[RawPacket]) -> (usize, usize) {
     (kernels, codeless)
 }
 
-/// Counts a batch's dispatches and ring slots on their queue.
+/// Counts a batch's ring slots on their queue.
 fn hold_slots<S>(queue: &QueueContext, batch: &PacketBatch<S>) {
     queue.slots.fetch_add(batch.slots(), Ordering::AcqRel);
-    queue
-        .in_flight
-        .fetch_add(batch.dispatches.len() as u64, Ordering::AcqRel);
 }
 
 /// Pushes a serialized kernel's two barriers (ready, gate), in front of the

@@ -759,7 +759,6 @@ impl<S: DispatchSignal> Engine<S> {
     /// Drops a dispatch whose queue was destroyed before it finished: its
     /// packets will never run, so its signals can go back to the pool.
     fn abandon(&self, entry: InFlight<S>) {
-        entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         if entry.queue.release_slots(entry.slots()) {
             self.ring_space.notify_all();
         }
@@ -787,7 +786,6 @@ impl<S: DispatchSignal> Engine<S> {
                 let times = backend.dispatch_time(entry.queue.agent_handle, entry.signal.handle());
                 self.keep_forwarded_times(forwarded_to, entry.record.dispatch_id, times);
             }
-            entry.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
             let reached = entry.queue.release_slots(slots);
             drop(entry);
             return reached;
@@ -806,7 +804,6 @@ impl<S: DispatchSignal> Engine<S> {
         drop(signal);
         drop(serial);
         (record.start_ns, record.end_ns) = self.clamp_counted(record.enqueue_ns, observed, times);
-        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         let reached = queue.release_slots(slots);
         self.push_record(Record::Dispatch(record));
         self.counters.completed.fetch_add(1, Ordering::Relaxed);

@@ -23,7 +23,6 @@ pub struct QueueContext {
     pub agent_index: u32,
     /// The agent's `hsa_agent_t` handle (for dispatch-time queries).
     pub agent_handle: u64,
-    pub(super) in_flight: AtomicU64,
     /// Most ring slots rprof lets its traced packets occupy (0 = no limit).
     pub(super) slot_limit: u64,
     /// Ring slots held by traced kernels and their forwarding barriers that
@@ -58,7 +57,6 @@ impl QueueContext {
             queue_id,
             agent_index,
             agent_handle,
-            in_flight: AtomicU64::new(0),
             slot_limit: 0,
             slots: AtomicU64::new(0),
             ring_waiters: AtomicU32::new(0),
@@ -128,9 +126,12 @@ impl QueueContext {
         RingWaiter { queue: self }
     }
 
-    /// Dispatches of this queue submitted and not yet seen complete.
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Acquire)
+    /// Whether a dispatch of this queue was submitted and not yet seen
+    /// complete: every traced dispatch holds at least one ring slot (its
+    /// kernel's) until it retires, so the slot count says it without a count
+    /// of its own to keep.
+    pub fn has_work_in_flight(&self) -> bool {
+        self.slots_in_use() > 0
     }
 }
 
@@ -256,7 +257,6 @@ impl<S> InFlight<S> {
     /// queue back the in-flight count and ring slots, and leaks its signals
     /// (the device may still write them; they must never be recycled).
     pub fn abandon(self) {
-        self.queue.in_flight.fetch_sub(1, Ordering::AcqRel);
         // Rare paths (shutdown, a full hand-off queue) that wake no ring
         // waiter: one whose target this reaches wakes at its wait's tick.
         self.queue.release_slots(self.slots());

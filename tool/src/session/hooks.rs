@@ -263,7 +263,7 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
             // so none of them is lost (bounded: an app may destroy a queue with
             // work that never ends). The completion thread may be napping:
             // ask for a pass now.
-            if ctx.in_flight() > 0 {
+            if ctx.has_work_in_flight() {
                 if let Some(s) = SESSION.get() {
                     s.engine.poll_now();
                 }
@@ -271,7 +271,7 @@ unsafe extern "C" fn hook_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t
             poll_until(
                 Instant::now() + QUEUE_DRAIN_TIMEOUT,
                 Pace::naps(Duration::from_micros(100)),
-                || ctx.in_flight() == 0,
+                || !ctx.has_work_in_flight(),
             );
             Some(raw)
         },
