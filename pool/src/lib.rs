@@ -52,7 +52,8 @@
 //! a full ring; a push or pop that meets a cell another thread has claimed but not yet
 //! published waits the few instructions until it is. `PoolStats::in_use` and `resets` are
 //! derived from the ring's positions, so the hot path updates no shared counter beyond the
-//! ring itself.
+//! ring itself; `high_water` is noted by releases (the in-use count peaks just before one), so an
+//! acquire reads nothing but its end of the ring and the slot it takes.
 //!
 //! If the provider fails to create a signal (driver events exhausted), the pool keeps what it
 //! has, stops growing, counts the failure in [`PoolStats`] and, if that batch created nothing,

@@ -127,14 +127,15 @@ struct Growth {
     closed: bool,
 }
 
-/// Statistics counters. The hot path writes none of them in steady state (only `high_water`
-/// when it rises): `in_use` and `resets` are derived from the free list's positions.
+/// Statistics counters. Acquires write none of them in steady state, releases only
+/// `high_water` when it rises: `in_use` and `resets` are derived from the free list's positions.
 #[derive(Default)]
 struct Counters {
     /// Signals handed to the free list or to the acquirer that grew the pool; stored after the
     /// batch's pushes, so `published - free.len()` never counts a signal still being published.
     published: AtomicU32,
-    /// Largest in-use count seen by `claim`.
+    /// Largest in-use count seen by a release, just before it gave its signal back (with the
+    /// current count, the largest there has been: [`SignalPool::stats`]).
     high_water: AtomicU32,
     /// Signals `trim` destroyed (their slots hold 0 and their indices are nowhere); written
     /// only under the growth lock. Counted once their index left the free list: `in_use`
@@ -319,7 +320,11 @@ impl<P: SignalProvider> SignalPool<P> {
             capacity: self.config.capacity,
             created: self.created.load(Ordering::Relaxed),
             in_use: self.in_use(),
-            high_water: self.counters.high_water.load(Ordering::Relaxed),
+            high_water: self
+                .counters
+                .high_water
+                .load(Ordering::Relaxed)
+                .max(self.in_use()),
             acquire_waits: self.counters.acquire_waits.load(Ordering::Relaxed),
             resets: self
                 .free
@@ -339,12 +344,6 @@ impl<P: SignalProvider> SignalPool<P> {
         );
         // Popping the index made this thread the slot's only owner: a plain store suffices.
         held.store(true, Ordering::Relaxed);
-        let in_use = self.in_use();
-        if in_use > self.counters.high_water.load(Ordering::Relaxed) {
-            self.counters
-                .high_water
-                .fetch_max(in_use, Ordering::Relaxed);
-        }
         SignalHandle { pool: self, index }
     }
 
@@ -372,6 +371,15 @@ impl<P: SignalProvider> SignalPool<P> {
             self.config.initial_value,
         );
         slot.held.store(false, Ordering::Relaxed);
+        // The in-use count only falls at a release, so its peaks are the counts just before one
+        // (and, at any time, the current count: see `stats`). Noting them here keeps the free
+        // list's push end, which releasers write, out of the acquirer's path.
+        let in_use = self.in_use();
+        if in_use > self.counters.high_water.load(Ordering::Relaxed) {
+            self.counters
+                .high_water
+                .fetch_max(in_use, Ordering::Relaxed);
+        }
         self.push_free(index);
     }
 

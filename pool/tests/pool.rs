@@ -67,6 +67,22 @@ fn rejects_bad_config() {
 }
 
 #[test]
+fn the_high_water_keeps_a_peak_after_its_signals_come_back() {
+    let pool = pool(16, 16);
+    let first: Vec<_> = (0..7).map(|_| take(&pool)).collect();
+    drop(first);
+    let again: Vec<_> = (0..2).map(|_| take(&pool)).collect();
+    let stats = pool.stats();
+    assert_eq!(stats.in_use, 2);
+    assert_eq!(
+        stats.high_water, 7,
+        "the peak of seven, gone before the stats were read"
+    );
+    drop(again);
+    assert_eq!(pool.stats().high_water, 7);
+}
+
+#[test]
 fn creates_lazily_in_batches() {
     let pool = pool(10, 4);
     assert_eq!(pool.provider().creates(), 0);
