@@ -8,6 +8,7 @@
 //! global lock, every wait bounded. It does not read signals or write
 //! records to sinks (completion and writer threads).
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -16,9 +17,9 @@ use smallvec::SmallVec;
 
 use super::{
     fast_boottime_ns, push_bounded, CallSummary, DispatchSignal, Engine, GateState, IdRange,
-    InFlight, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE, RUNNING,
+    InFlight, Launch, QueueContext, RawPacket, SerialGate, SignalSource, INTERCEPTOR_PACE, RUNNING,
 };
-use crate::record::{DispatchRecord, Record};
+use crate::record::Record;
 use crate::wait::Wait;
 
 /// Inline capacity of a batch's packet list (a kernel and its forwarding
@@ -291,25 +292,33 @@ impl<S: DispatchSignal> Engine<S> {
         if batch.untraced > 0 {
             self.count_lost(u64::from(batch.untraced));
         }
+        // A call has at least one packet (`intercept` returns early for
+        // none); a summary needs no room for "none" then.
+        let Some(packet_count) = NonZeroU32::new(packets as u32) else {
+            return;
+        };
         let call = CallSummary {
             end_ns,
-            first_correlation_id: if ids.is_empty() {
-                0
-            } else {
-                ids.correlation_id(0)
-            },
             dispatch_count: ids.len() as u32,
-            packet_count: packets as u32,
+            packet_count,
         };
         if let Some(first) = batch.dispatches.first_mut() {
+            // Kernels take the call's signals in order: the first traced
+            // one is its first kernel, whose correlation id the record's is.
+            debug_assert_eq!(first.launch.dispatch_id, ids.dispatch_id(0));
             first.call = Some(call);
             return;
         }
+        let first_correlation_id = if ids.is_empty() {
+            0
+        } else {
+            ids.correlation_id(0)
+        };
         self.push_record(Record::Intercept(call.record(
             caller.thread_id,
-            caller.queue.queue_id,
-            caller.queue.agent_index,
+            caller.queue,
             caller.enqueue_ns,
+            first_correlation_id,
         )));
     }
 
@@ -328,7 +337,8 @@ impl<S: DispatchSignal> Engine<S> {
                 // Cannot track it: its signal is gone with it, and nobody
                 // will ever complete its record. The call's record it
                 // carries still goes to the writer.
-                if let Some(call) = b.take_call_record() {
+                let correlation_id = self.ids.correlation_id(b.launch.dispatch_id);
+                if let Some(call) = b.take_call_record(correlation_id) {
                     self.push_record(Record::Intercept(call));
                 }
                 if queue.release_slots(b.slots()) {
@@ -443,7 +453,7 @@ impl<S: DispatchSignal> Engine<S> {
                 self.forwarded_times.forget(p.completion_signal());
             }
             batch.dispatches.push(InFlight {
-                record: dispatch_record(p, caller, &ids, i),
+                launch: launch(p, caller, &ids, i),
                 queue: caller.queue.clone(),
                 signal,
                 forwarded,
@@ -609,21 +619,16 @@ fn push_gate<S: DispatchSignal>(
     }
 }
 
-/// The record of kernel `i` of a call, everything but its times.
-fn dispatch_record(p: &RawPacket, caller: &Caller<'_>, ids: &IdRange, i: u64) -> DispatchRecord {
-    DispatchRecord {
-        correlation_id: ids.correlation_id(i),
+/// Kernel `i` of a call as submitted.
+fn launch(p: &RawPacket, caller: &Caller<'_>, ids: &IdRange, i: u64) -> Launch {
+    Launch {
         dispatch_id: ids.dispatch_id(i),
-        agent_index: caller.queue.agent_index,
-        queue_id: caller.queue.queue_id,
-        thread_id: caller.thread_id,
         kernel_object: p.kernel_object(),
+        enqueue_ns: caller.enqueue_ns,
         grid: p.grid_size(),
-        workgroup: p.workgroup_size(),
         private_segment_size: p.private_segment_size(),
         group_segment_size: p.group_segment_size(),
-        enqueue_ns: caller.enqueue_ns,
-        start_ns: 0,
-        end_ns: 0,
+        thread_id: caller.thread_id,
+        workgroup: p.workgroup_size(),
     }
 }

@@ -80,7 +80,7 @@ impl Serializer {
         let mut changed = false;
         self.best.clear();
         for (i, e) in tracked.iter_mut().enumerate() {
-            let agent = e.record.agent_index as usize;
+            let agent = e.queue.agent_index as usize;
             let Some(g) = e.serial.as_mut() else { continue };
             if g.state == GateState::Waiting && backend.signal_value(g.ready.handle()) <= 0 {
                 g.state = GateState::Ready;
@@ -518,7 +518,8 @@ impl<S: DispatchSignal> Engine<S> {
     /// (on a call's first traced dispatch) goes to the writer now, before
     /// any dispatch record of the call.
     fn track(&self, tracked: &mut VecDeque<InFlight<S>>, mut entry: InFlight<S>) {
-        if let Some(call) = entry.take_call_record() {
+        let correlation_id = self.ids.correlation_id(entry.launch.dispatch_id);
+        if let Some(call) = entry.take_call_record(correlation_id) {
             self.push_record(Record::Intercept(call));
         }
         tracked.push_back(entry);
@@ -589,7 +590,7 @@ impl<S: DispatchSignal> Engine<S> {
         let observed = boottime_ns();
         let mut ring_target_reached = false;
         for entry in tracked.drain(..done) {
-            serializer.release(entry.record.agent_index, entry.serial.as_ref());
+            serializer.release(entry.queue.agent_index, entry.serial.as_ref());
             ring_target_reached |= self.complete(backend, entry, observed);
         }
         if ring_target_reached {
@@ -612,7 +613,7 @@ impl<S: DispatchSignal> Engine<S> {
                 let Some(entry) = tracked.swap_remove_back(i) else {
                     break;
                 };
-                serializer.release(entry.record.agent_index, entry.serial.as_ref());
+                serializer.release(entry.queue.agent_index, entry.serial.as_ref());
                 self.abandon(entry);
                 dropped += 1;
             } else {
@@ -784,27 +785,30 @@ impl<S: DispatchSignal> Engine<S> {
             // the app may still ask for its kernel's times).
             if forwarded_to != 0 {
                 let times = backend.dispatch_time(entry.queue.agent_handle, entry.signal.handle());
-                self.keep_forwarded_times(forwarded_to, entry.record.dispatch_id, times);
+                self.keep_forwarded_times(forwarded_to, entry.launch.dispatch_id, times);
             }
             let reached = entry.queue.release_slots(slots);
             drop(entry);
             return reached;
         }
         let InFlight {
-            mut record,
+            launch,
             queue,
             signal,
             serial,
             ..
         } = entry;
         let times = backend.dispatch_time(queue.agent_handle, signal.handle());
-        self.keep_forwarded_times(forwarded_to, record.dispatch_id, times);
+        self.keep_forwarded_times(forwarded_to, launch.dispatch_id, times);
         // Back to the pool before anything that may wait (the kernel ran, so
         // its gate barriers have retired).
         drop(signal);
         drop(serial);
-        (record.start_ns, record.end_ns) = self.clamp_counted(record.enqueue_ns, observed, times);
+        let (start_ns, end_ns) = self.clamp_counted(launch.enqueue_ns, observed, times);
         let reached = queue.release_slots(slots);
+        let correlation_id = self.ids.correlation_id(launch.dispatch_id);
+        let record = launch.record(&queue, correlation_id, start_ns, end_ns);
+        drop(queue);
         self.push_record(Record::Dispatch(record));
         self.counters.completed.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::AcqRel);

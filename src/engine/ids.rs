@@ -84,6 +84,12 @@ impl IdAllocator {
         }
     }
 
+    /// The correlation id of dispatch `dispatch_id` (as
+    /// [`IdRange::correlation_id`] gives it).
+    pub fn correlation_id(&self, dispatch_id: u64) -> u64 {
+        self.pid_high.wrapping_add(dispatch_id)
+    }
+
     /// Number of dispatch ids handed out so far.
     pub fn issued(&self) -> u64 {
         self.next.load(Ordering::Relaxed) - 1

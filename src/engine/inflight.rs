@@ -7,6 +7,7 @@
 //! the interceptor (`batch`) creates entries, the completion thread retires
 //! them.
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -153,11 +154,66 @@ impl Drop for RingWaiter<'_> {
     }
 }
 
+/// A kernel as the interceptor submitted it: the fields of its
+/// [`DispatchRecord`] that come neither from its queue (queue id, agent),
+/// nor from the device (times), nor from the dispatch id (the correlation
+/// id). Kept apart so that an [`InFlight`] entry, which the app's thread
+/// writes and the completion thread reads at every dispatch, spans as few
+/// cache lines as it can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    /// Per-process dispatch counter ([`DispatchRecord::dispatch_id`]).
+    pub dispatch_id: u64,
+    /// The packet's `kernel_object`.
+    pub kernel_object: u64,
+    /// When the interceptor saw the packet.
+    pub enqueue_ns: u64,
+    /// Grid size in work-items (x, y, z).
+    pub grid: [u32; 3],
+    /// Private (scratch) segment bytes per work-item.
+    pub private_segment_size: u32,
+    /// Group (LDS) segment bytes per work-group.
+    pub group_segment_size: u32,
+    /// OS thread id of the thread that wrote the packet.
+    pub thread_id: u32,
+    /// Work-group size in work-items (x, y, z).
+    pub workgroup: [u16; 3],
+}
+
+impl Launch {
+    /// The dispatch's record: this launch on `queue`, with its correlation
+    /// id and its times.
+    pub fn record(
+        &self,
+        queue: &QueueContext,
+        correlation_id: u64,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> DispatchRecord {
+        DispatchRecord {
+            correlation_id,
+            dispatch_id: self.dispatch_id,
+            agent_index: queue.agent_index,
+            queue_id: queue.queue_id,
+            thread_id: self.thread_id,
+            kernel_object: self.kernel_object,
+            grid: self.grid,
+            workgroup: self.workgroup,
+            private_segment_size: self.private_segment_size,
+            group_segment_size: self.group_segment_size,
+            enqueue_ns: self.enqueue_ns,
+            start_ns,
+            end_ns,
+        }
+    }
+}
+
 /// A dispatch on its way through the device.
 #[derive(Debug)]
 pub struct InFlight<S> {
-    /// Everything but the times, filled at enqueue.
-    pub record: DispatchRecord,
+    /// What was submitted (its record but the queue's fields, the
+    /// correlation id and the times).
+    pub launch: Launch,
     /// The queue it was submitted to.
     pub queue: Arc<QueueContext>,
     /// The timestamp signal that completes with it.
@@ -183,49 +239,50 @@ pub struct InFlight<S> {
 }
 
 /// What an [`InterceptRecord`] holds beyond its first dispatch's record
-/// (thread, queue, agent and entry time are the dispatch's).
+/// (thread, queue, agent, entry time and first correlation id are the
+/// dispatch's: a call's kernels take their signals in order, so its first
+/// traced kernel is its first kernel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallSummary {
     /// Return from the interceptor.
     pub end_ns: u64,
-    /// Correlation id of the call's first kernel (traced or not).
-    pub first_correlation_id: u64,
     /// Kernel dispatches in the call.
     pub dispatch_count: u32,
-    /// Packets of any type in the call.
-    pub packet_count: u32,
+    /// Packets of any type in the call (a call has at least one).
+    pub packet_count: NonZeroU32,
 }
 
 impl CallSummary {
     /// The call's record, given the calling thread, the queue and agent it
-    /// wrote to, and when it began.
+    /// wrote to, when it began and its first kernel's correlation id (0
+    /// for none).
     pub fn record(
         &self,
         thread_id: u32,
-        queue_id: u64,
-        agent_index: u32,
+        queue: &QueueContext,
         begin_ns: u64,
+        first_correlation_id: u64,
     ) -> InterceptRecord {
         InterceptRecord {
             thread_id,
-            queue_id,
-            agent_index,
+            queue_id: queue.queue_id,
+            agent_index: queue.agent_index,
             begin_ns,
             end_ns: self.end_ns,
-            first_correlation_id: self.first_correlation_id,
+            first_correlation_id,
             dispatch_count: self.dispatch_count,
-            packet_count: self.packet_count,
+            packet_count: self.packet_count.get(),
         }
     }
 }
 
 impl<S> InFlight<S> {
     /// The record of the interceptor call this entry carries, taken once
-    /// (`None` for every other entry).
-    pub fn take_call_record(&mut self) -> Option<InterceptRecord> {
-        let r = &self.record;
+    /// (`None` for every other entry); `correlation_id` is this entry's.
+    pub fn take_call_record(&mut self, correlation_id: u64) -> Option<InterceptRecord> {
         let call = self.call.take()?;
-        Some(call.record(r.thread_id, r.queue_id, r.agent_index, r.enqueue_ns))
+        let l = &self.launch;
+        Some(call.record(l.thread_id, &self.queue, l.enqueue_ns, correlation_id))
     }
 
     /// The app's signal the completion thread decrements (host

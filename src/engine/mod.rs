@@ -93,7 +93,7 @@ pub use completion::Lending;
 pub use copies::CopyInFlight;
 pub use forwarded::{ForwardedKernel, ForwardedTimes};
 pub use ids::{boottime_ns, current_thread_id, fast_boottime_ns, IdAllocator, IdRange};
-pub use inflight::{CallSummary, GateState, InFlight, QueueContext, SerialGate};
+pub use inflight::{CallSummary, GateState, InFlight, Launch, QueueContext, SerialGate};
 pub use ring::{hardware_ring_takes, hardware_slots, SeenReadIndex};
 pub use rprof_abi::packet::RawPacket;
 pub use writer::{CachedKernelNames, KernelNames, WriterOutcome};
