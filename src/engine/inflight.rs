@@ -311,8 +311,8 @@ impl<S> InFlight<S> {
     }
 
     /// Stops tracking a dispatch that will not be waited for: gives its
-    /// queue back the in-flight count and ring slots, and leaks its signals
-    /// (the device may still write them; they must never be recycled).
+    /// queue back its ring slots and leaks its signals (the device may
+    /// still write them; they must never be recycled).
     pub fn abandon(self) {
         // Rare paths (shutdown, a full hand-off queue) that wake no ring
         // waiter: one whose target this reaches wakes at its wait's tick.
