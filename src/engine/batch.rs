@@ -337,8 +337,7 @@ impl<S: DispatchSignal> Engine<S> {
                 // Cannot track it: its signal is gone with it, and nobody
                 // will ever complete its record. The call's record it
                 // carries still goes to the writer.
-                let correlation_id = self.ids.correlation_id(b.launch.dispatch_id);
-                if let Some(call) = b.take_call_record(correlation_id) {
+                if let Some(call) = b.take_call_record(&self.ids) {
                     self.push_record(Record::Intercept(call));
                 }
                 if queue.release_slots(b.slots()) {

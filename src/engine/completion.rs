@@ -518,8 +518,7 @@ impl<S: DispatchSignal> Engine<S> {
     /// (on a call's first traced dispatch) goes to the writer now, before
     /// any dispatch record of the call.
     fn track(&self, tracked: &mut VecDeque<InFlight<S>>, mut entry: InFlight<S>) {
-        let correlation_id = self.ids.correlation_id(entry.launch.dispatch_id);
-        if let Some(call) = entry.take_call_record(correlation_id) {
+        if let Some(call) = entry.take_call_record(&self.ids) {
             self.push_record(Record::Intercept(call));
         }
         tracked.push_back(entry);

@@ -278,10 +278,12 @@ impl CallSummary {
 
 impl<S> InFlight<S> {
     /// The record of the interceptor call this entry carries, taken once
-    /// (`None` for every other entry); `correlation_id` is this entry's.
-    pub fn take_call_record(&mut self, correlation_id: u64) -> Option<InterceptRecord> {
+    /// (`None` for every other entry); its first correlation id is this
+    /// entry's, from `ids`.
+    pub fn take_call_record(&mut self, ids: &ids::IdAllocator) -> Option<InterceptRecord> {
         let call = self.call.take()?;
         let l = &self.launch;
+        let correlation_id = ids.correlation_id(l.dispatch_id);
         Some(call.record(l.thread_id, &self.queue, l.enqueue_ns, correlation_id))
     }
 
