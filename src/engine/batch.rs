@@ -195,6 +195,16 @@ impl<S: DispatchSignal> Engine<S> {
             thread_id: queue.writer_thread_id(),
             enqueue_ns: fast_boottime_ns(),
         };
+        // The common call: one kernel, with a signal at hand.
+        if let [p] = packets {
+            if kernels == 1 && !self.options.serialize {
+                if let Some(signal) = source.try_acquire() {
+                    self.intercept_kernel(&caller, p, signal, write);
+                    drop(call);
+                    return;
+                }
+            }
+        }
         let shape = BatchShape::of(packets.len(), kernels, self.options.serialize);
         // Built here, not returned by a helper: the batch is ~2.6 KB of
         // inline storage, and a move is a copy of all of it (two such
@@ -231,6 +241,67 @@ impl<S: DispatchSignal> Engine<S> {
         }
         // The completion thread parks when nothing is in flight; wake it for
         // the first dispatch. Otherwise it polls on its own schedule.
+        if before == 0 && self.completion_wake.is_parked() {
+            self.completion_wake.notify();
+        }
+    }
+
+    /// The common call, one traced kernel and nothing else (ROCr 5.2.3
+    /// calls the interceptor once per packet, later ROCr does for an app
+    /// that writes one packet at a time), not serialized, with its
+    /// timestamp signal already taken: what [`Engine::intercept`]'s batch
+    /// does for it, without the batch's lists, so that the entry is built
+    /// once and moved once (into the hand-off queue). The caller holds the
+    /// call's announcement until this returns.
+    fn intercept_kernel(
+        &self,
+        caller: &Caller<'_>,
+        p: &RawPacket,
+        signal: S,
+        write: impl FnOnce(&[RawPacket]),
+    ) {
+        let queue = caller.queue;
+        let ids = self.ids.reserve(1);
+        let app_signal = p.completion_signal();
+        let forwarded = app_signal != 0 && !self.options.host_forwarding;
+        let mut out = [*p, *p];
+        out[0].set_completion_signal(signal.handle());
+        let written = if forwarded {
+            out[1] = RawPacket::forwarding_barrier(app_signal, p.release_fence_scope());
+            self.forwarded_times.expect(app_signal, ids.dispatch_id(0));
+            &out[..]
+        } else {
+            // Host forwarding gives the app's signal the kernel's own times.
+            self.forwarded_times.forget(app_signal);
+            &out[..1]
+        };
+        if let Some(region) = crate::marker::current_region() {
+            self.push_record(Record::KernelRegion(crate::marker::KernelRegionRecord {
+                first_correlation_id: ids.correlation_id(0),
+                count: 1,
+                region,
+            }));
+        }
+        let mut entry = InFlight {
+            launch: launch(p, caller, &ids, 0),
+            queue: queue.clone(),
+            signal,
+            forwarded,
+            app_signal,
+            serial: None,
+            recorded: true,
+            call: None,
+        };
+        // Count before the device can possibly finish it.
+        queue.slots.fetch_add(entry.slots(), Ordering::AcqRel);
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        write(written);
+        entry.call = Some(CallSummary {
+            end_ns: fast_boottime_ns(),
+            dispatch_count: 1,
+            packet_count: NonZeroU32::MIN,
+        });
+        self.publish_entry(queue, entry);
         if before == 0 && self.completion_wake.is_parked() {
             self.completion_wake.notify();
         }
@@ -325,28 +396,34 @@ impl<S: DispatchSignal> Engine<S> {
     /// Hands the batch's dispatches to the completion thread.
     fn publish(&self, queue: &QueueContext, batch: &mut PacketBatch<S>) {
         for entry in batch.dispatches.drain(..) {
-            // The completion thread takes from the hand-off queue at every
-            // poll; when it is full, move what is published into the
-            // thread's list here if its state is free, else wake it and
-            // wait for room (bounded).
-            if let Err(mut b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
-                if self.take_published_here() == 0 {
-                    self.completion_wake.notify();
-                }
-            }) {
-                // Cannot track it: its signal is gone with it, and nobody
-                // will ever complete its record. The call's record it
-                // carries still goes to the writer.
-                if let Some(call) = b.take_call_record(&self.ids) {
-                    self.push_record(Record::Intercept(call));
-                }
-                if queue.release_slots(b.slots()) {
-                    self.ring_space.notify_all();
-                }
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                self.count_lost(1);
-                drop(b);
+            self.publish_entry(queue, entry);
+        }
+    }
+
+    /// Hands one dispatch to the completion thread.
+    #[inline]
+    fn publish_entry(&self, queue: &QueueContext, entry: InFlight<S>) {
+        // The completion thread takes from the hand-off queue at every
+        // poll; when it is full, move what is published into the thread's
+        // list here if its state is free, else wake it and wait for room
+        // (bounded).
+        if let Err(mut b) = push_bounded(&self.pending, entry, self.options.pool_wait, || {
+            if self.take_published_here() == 0 {
+                self.completion_wake.notify();
             }
+        }) {
+            // Cannot track it: its signal is gone with it, and nobody will
+            // ever complete its record. The call's record it carries still
+            // goes to the writer.
+            if let Some(call) = b.take_call_record(&self.ids) {
+                self.push_record(Record::Intercept(call));
+            }
+            if queue.release_slots(b.slots()) {
+                self.ring_space.notify_all();
+            }
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.count_lost(1);
+            drop(b);
         }
     }
 

@@ -11,7 +11,7 @@ use crate::sink::{KernelInfo, RecordSink};
 use hsa_sys::{
     HSA_PACKET_HEADER_TYPE, HSA_PACKET_TYPE_BARRIER_AND, HSA_PACKET_TYPE_KERNEL_DISPATCH,
 };
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::Arc;
 
@@ -719,6 +719,92 @@ fn rewrite_keeps_order_and_forwards_the_app_signal() {
     assert_eq!(seen[3].completion_signal(), 3000);
     let (_, got, _) = h.finish();
     assert_eq!(got.dispatches.len(), 2);
+}
+
+/// A call of one kernel (ROCr 5.2.3 calls the interceptor once per packet)
+/// takes the interceptor's single-kernel path: the device gets the kernel
+/// with a pooled signal and, for an app signal, the forwarding barrier; each
+/// call's record is exact and names its own kernel, on its own queue.
+#[test]
+fn single_kernel_calls_are_rewritten_and_recorded_exactly() {
+    const CALLS: u64 = 40;
+    let h = Harness::new(8, Names::default());
+    let queues = [
+        Arc::new(QueueContext::new(1, 0, 0)),
+        Arc::new(QueueContext::new(2, 1, 0)),
+    ];
+    let mut written = Vec::new();
+    for n in 0..CALLS {
+        let q = &queues[(n % 2) as usize];
+        let app = if n % 4 < 2 { 0 } else { 3000 + n };
+        if app != 0 {
+            h.signals.value[Signals::idx(app)].store(1, Ordering::SeqCst);
+        }
+        let p = kernel_packet(0x100 + n, app);
+        let mut seen = Vec::new();
+        h.engine.intercept(q, &[p], &*h.pool, |out| {
+            seen.extend_from_slice(out);
+            let lane = q.queue_id as usize % LANES;
+            h.device
+                .lane(lane)
+                .lock()
+                .unwrap()
+                .extend(out.iter().copied());
+        });
+        assert_eq!(seen.len(), if app != 0 { 2 } else { 1 }, "call {n}");
+        assert_eq!(seen[0].kernel_object(), 0x100 + n);
+        let pooled = seen[0].completion_signal();
+        assert!((1..=8).contains(&pooled), "call {n}: signal {pooled}");
+        if app != 0 {
+            assert_eq!(seen[1].packet_type(), HSA_PACKET_TYPE_BARRIER_AND);
+            assert!(seen[1].barrier_bit());
+            assert_eq!(seen[1].completion_signal(), app);
+        }
+        written.push((q.queue_id, 0x100 + n));
+    }
+    let (outcome, got, device) = h.finish();
+    assert_eq!(outcome.metadata.dispatches, CALLS);
+    assert_eq!(outcome.metadata.records_lost, 0);
+    assert_eq!(device.kernels.load(Ordering::SeqCst), CALLS);
+    assert_eq!(device.barriers.load(Ordering::SeqCst), CALLS / 2);
+    assert_eq!(got.dispatches.len() as u64, CALLS);
+    assert_eq!(got.intercepts.len() as u64, CALLS);
+    let by_correlation: HashMap<u64, &DispatchRecord> = got
+        .dispatches
+        .iter()
+        .map(|(d, _)| (d.correlation_id, d))
+        .collect();
+    let mut calls: Vec<(u64, u64)> = Vec::new();
+    for i in &got.intercepts {
+        assert_eq!((i.packet_count, i.dispatch_count), (1, 1));
+        let d = by_correlation[&i.first_correlation_id];
+        assert_eq!(i.queue_id, d.queue_id);
+        assert_eq!(i.agent_index, d.agent_index);
+        assert_eq!(i.agent_index as u64, d.queue_id - 1);
+        assert_eq!(i.thread_id, d.thread_id);
+        assert_eq!(i.begin_ns, d.enqueue_ns);
+        assert!(i.begin_ns <= i.end_ns);
+        assert_eq!((d.grid, d.workgroup), ([4096, 0, 0], [64, 0, 0]));
+        calls.push((d.dispatch_id, d.kernel_object));
+    }
+    calls.sort_unstable();
+    let expected: Vec<(u64, u64)> = (0..CALLS).map(|n| (n + 1, 0x100 + n)).collect();
+    assert_eq!(calls, expected);
+    let queue_of: Vec<(u64, u64)> = {
+        let mut v: Vec<(u64, u64)> = got
+            .dispatches
+            .iter()
+            .map(|(d, _)| (d.dispatch_id, d.queue_id))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let expected_queues: Vec<(u64, u64)> = written
+        .iter()
+        .enumerate()
+        .map(|(n, (q, _))| (n as u64 + 1, *q))
+        .collect();
+    assert_eq!(queue_of, expected_queues);
 }
 
 #[test]
