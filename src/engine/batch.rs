@@ -2,6 +2,9 @@
 //! [`PacketBatch`] (kernels get ids and a pooled timestamp signal, the app's
 //! signal is forwarded, serialized kernels get their gate), written to the
 //! runtime in one go, then recorded and published to the completion thread.
+//! The most common call, one kernel and nothing else, does the same without
+//! the batch's lists (`Engine::intercept_kernel`): its in-flight entry is
+//! built once and moved once.
 //!
 //! Owns the rewrite and the hot path's rules: no allocation in steady state
 //! (inline `SmallVec` storage, spare heap storage for large batches), no
@@ -150,7 +153,9 @@ impl<S> PacketBatch<S> {
 impl<S: DispatchSignal> Engine<S> {
     /// The whole interceptor call: builds the batch, hands all its packets to
     /// `write` exactly once, then records the call and publishes the
-    /// dispatches to the completion thread. Once finalization has begun,
+    /// dispatches to the completion thread (a call of one kernel, not
+    /// serialized, with a signal at hand: the same without the batch's
+    /// lists, see `intercept_kernel`). Once finalization has begun,
     /// packets pass through untouched (or, while the ring guard is kept,
     /// are rewritten without being recorded).
     pub fn intercept(
