@@ -220,17 +220,7 @@ impl<S: DispatchSignal> Engine<S> {
             self.adopt_spare_storage(&shape, &mut batch, &mut signals);
         }
         let ids = self.build_batch(&mut batch, &mut signals, &caller, packets, kernels, source);
-        // --kernel-rename: the writer learns the batch's range before any of
-        // its dispatches can complete.
-        if let Some(region) = crate::marker::current_region() {
-            if !ids.is_empty() {
-                self.push_record(Record::KernelRegion(crate::marker::KernelRegionRecord {
-                    first_correlation_id: ids.correlation_id(0),
-                    count: ids.len() as u32,
-                    region,
-                }));
-            }
-        }
+        self.note_kernel_region(&ids);
         // Count before the device can possibly finish them.
         hold_slots(queue, &batch);
         let before = self
@@ -244,8 +234,29 @@ impl<S: DispatchSignal> Engine<S> {
         if shape.large {
             self.keep_storage(batch, signals);
         }
-        // The completion thread parks when nothing is in flight; wake it for
-        // the first dispatch. Otherwise it polls on its own schedule.
+        self.wake_for_first(before);
+    }
+
+    /// `--kernel-rename`: the writer learns the range of the call's kernels
+    /// (`ids`) before any of its dispatches can complete.
+    #[inline(always)]
+    fn note_kernel_region(&self, ids: &IdRange) {
+        if let Some(region) = crate::marker::current_region() {
+            if !ids.is_empty() {
+                self.push_record(Record::KernelRegion(crate::marker::KernelRegionRecord {
+                    first_correlation_id: ids.correlation_id(0),
+                    count: ids.len() as u32,
+                    region,
+                }));
+            }
+        }
+    }
+
+    /// The completion thread parks when nothing is in flight; wake it for
+    /// the first dispatch (`before`: the in-flight count before the call's
+    /// were added). Otherwise it polls on its own schedule.
+    #[inline(always)]
+    fn wake_for_first(&self, before: u64) {
         if before == 0 && self.completion_wake.is_parked() {
             self.completion_wake.notify();
         }
@@ -267,49 +278,20 @@ impl<S: DispatchSignal> Engine<S> {
     ) {
         let queue = caller.queue;
         let ids = self.ids.reserve(1);
-        let app_signal = p.completion_signal();
-        let forwarded = app_signal != 0 && !self.options.host_forwarding;
-        let mut out = [*p, *p];
-        out[0].set_completion_signal(signal.handle());
-        let written = if forwarded {
-            out[1] = RawPacket::forwarding_barrier(app_signal, p.release_fence_scope());
-            self.forwarded_times.expect(app_signal, ids.dispatch_id(0));
-            &out[..]
-        } else {
-            // Host forwarding gives the app's signal the kernel's own times.
-            self.forwarded_times.forget(app_signal);
-            &out[..1]
-        };
-        if let Some(region) = crate::marker::current_region() {
-            self.push_record(Record::KernelRegion(crate::marker::KernelRegionRecord {
-                first_correlation_id: ids.correlation_id(0),
-                count: 1,
-                region,
-            }));
-        }
-        let mut entry = InFlight {
-            launch: launch(p, caller, &ids, 0),
-            queue: queue.clone(),
-            signal,
-            forwarded,
-            app_signal,
-            serial: None,
-            recorded: true,
-            call: None,
-        };
+        let kernel = self.rewrite_kernel(p, signal.handle(), ids.dispatch_id(0));
+        self.note_kernel_region(&ids);
+        let mut entry = traced_entry(p, caller, &ids, 0, signal, kernel.forwarded(), None);
         // Count before the device can possibly finish it.
         queue.slots.fetch_add(entry.slots(), Ordering::AcqRel);
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        write(written);
+        write(kernel.packets());
         entry.call = Some(CallSummary {
             end_ns: fast_boottime_ns(),
             dispatch_count: 1,
             packet_count: NonZeroU32::MIN,
         });
         self.publish_entry(queue, entry);
-        if before == 0 && self.completion_wake.is_parked() {
-            self.completion_wake.notify();
-        }
+        self.wake_for_first(before);
     }
 
     /// A call after recording stopped: guarded if the completion thread
@@ -524,25 +506,10 @@ impl<S: DispatchSignal> Engine<S> {
             if let Some(g) = &serial {
                 push_gate(&mut batch.packets, g, marked);
             }
-            let forwarded = self.push_kernel(&mut batch.packets, p, signal.handle());
-            if forwarded {
-                self.forwarded_times
-                    .expect(p.completion_signal(), ids.dispatch_id(i));
-            } else {
-                // Host forwarding gives the app's signal the kernel's own
-                // times.
-                self.forwarded_times.forget(p.completion_signal());
-            }
-            batch.dispatches.push(InFlight {
-                launch: launch(p, caller, &ids, i),
-                queue: caller.queue.clone(),
-                signal,
-                forwarded,
-                app_signal: p.completion_signal(),
-                serial,
-                recorded: true,
-                call: None,
-            });
+            let kernel = self.rewrite_kernel(p, signal.handle(), ids.dispatch_id(i));
+            batch.packets.extend_from_slice(kernel.packets());
+            let entry = traced_entry(p, caller, &ids, i, signal, kernel.forwarded(), serial);
+            batch.dispatches.push(entry);
         }
         ids
     }
@@ -585,27 +552,27 @@ impl<S: DispatchSignal> Engine<S> {
         Some((signals.next()?, serial))
     }
 
-    /// Pushes the kernel with `signal` as its completion signal and, when
-    /// the app gave a signal and forwarding is by barrier, the barrier that
-    /// forwards it. Returns whether it pushed that barrier.
-    fn push_kernel(
-        &self,
-        packets: &mut SmallVec<[RawPacket; BATCH_INLINE_PACKETS]>,
-        p: &RawPacket,
-        signal: u64,
-    ) -> bool {
-        let mut kernel = *p;
-        kernel.set_completion_signal(signal);
-        packets.push(kernel);
+    /// Kernel `p` (dispatch `dispatch_id`) with `signal` as its completion
+    /// signal and, when the app gave a signal and forwarding is by barrier,
+    /// the barrier that forwards it; notes whose times the app's signal
+    /// will have (`ForwardedTimes`).
+    #[inline(always)]
+    fn rewrite_kernel(&self, p: &RawPacket, signal: u64, dispatch_id: u64) -> RewrittenKernel {
         let app_signal = p.completion_signal();
-        let by_barrier = app_signal != 0 && !self.options.host_forwarding;
-        if by_barrier {
-            packets.push(RawPacket::forwarding_barrier(
-                app_signal,
-                p.release_fence_scope(),
-            ));
+        let mut kernel = RewrittenKernel {
+            packets: [*p, RawPacket::ZERO],
+            len: 1,
+        };
+        kernel.packets[0].set_completion_signal(signal);
+        if app_signal != 0 && !self.options.host_forwarding {
+            kernel.packets[1] = RawPacket::forwarding_barrier(app_signal, p.release_fence_scope());
+            kernel.len = 2;
+            self.forwarded_times.expect(app_signal, dispatch_id);
+        } else {
+            // Host forwarding gives the app's signal the kernel's own times.
+            self.forwarded_times.forget(app_signal);
         }
-        by_barrier
+        kernel
     }
 
     /// `count` free signals for one batch, into `got` (empty on entry), all
@@ -697,6 +664,49 @@ fn push_gate<S: DispatchSignal>(
     if let Some(from) = marked {
         // [markers.., ready, gate] -> [ready, gate, markers..]
         packets[from..].rotate_right(2);
+    }
+}
+
+/// A kernel as rewritten ([`Engine::rewrite_kernel`]): the kernel and, when
+/// forwarded by barrier, the barrier after it.
+struct RewrittenKernel {
+    packets: [RawPacket; 2],
+    len: usize,
+}
+
+impl RewrittenKernel {
+    /// The packets to write, in order.
+    fn packets(&self) -> &[RawPacket] {
+        &self.packets[..self.len]
+    }
+
+    /// Whether a forwarding barrier follows the kernel.
+    fn forwarded(&self) -> bool {
+        self.len == 2
+    }
+}
+
+/// The in-flight entry of traced kernel `i` of a call, `p` as the app wrote
+/// it.
+#[inline(always)]
+fn traced_entry<S>(
+    p: &RawPacket,
+    caller: &Caller<'_>,
+    ids: &IdRange,
+    i: u64,
+    signal: S,
+    forwarded: bool,
+    serial: Option<SerialGate<S>>,
+) -> InFlight<S> {
+    InFlight {
+        launch: launch(p, caller, ids, i),
+        queue: caller.queue.clone(),
+        signal,
+        forwarded,
+        app_signal: p.completion_signal(),
+        serial,
+        recorded: true,
+        call: None,
     }
 }
 
