@@ -130,18 +130,9 @@ pub trait RecordSink {
     /// Pushes what is buffered to the file, at a record boundary, so the
     /// file on disk is a readable prefix of the trace if the process is
     /// killed. The writer calls it at least every 100 ms while records
-    /// flow. A sink that reorders may keep what reached it since its
-    /// previous flush (the Perfetto sink's reorder window), never more.
-    /// Sinks without buffers need not implement it.
+    /// flow. Sinks without buffers need not implement it.
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
-    }
-    /// Whether the sink keeps back records that reached it from its file
-    /// after a [`RecordSink::flush`] (the Perfetto sink's reorder window):
-    /// the writer then flushes it again a period later, records or not, so
-    /// that everything is on disk within two periods. Default: no.
-    fn holds_back(&self) -> bool {
-        false
     }
     /// Writes out buffered bytes so that [`RecordSink::spare_room`] grows
     /// again, when a lending thread found too little: the writer thread

@@ -52,9 +52,9 @@
 //! Encoding ([`WriterOptions`], both on by default): timestamps are written
 //! as deltas on the sequence-scoped incremental clock [`DELTA_CLOCK_ID`]
 //! (declared in that snapshot and made the default by a
-//! `TracePacketDefaults`), track events pass through a reorder window of
-//! [`REORDER_WINDOW`] events so that they leave in timestamp order and the
-//! deltas stay small, and packets are collected into zlib-deflated
+//! `TracePacketDefaults`); track events are written as they arrive, so a
+//! delta is negative (a wrapped 10-byte varint) only for an event that
+//! arrived after a later one; and packets are collected into zlib-deflated
 //! `compressed_packets` bundles of [`COMPRESS_CHUNK_BYTES`]. Together they
 //! make a trace about a sixth of the plain size. [`WriterOptions::plain`]
 //! writes absolute timestamps without bundles; [`decode_trace`] reads either
@@ -88,7 +88,6 @@ pub mod protos {
 
 pub mod merge;
 mod read;
-mod window;
 mod writer;
 
 pub use read::{count_slices, decode_trace, SliceCounts};
@@ -107,5 +106,5 @@ pub use protos::track_descriptor::SiblingMergeBehavior;
 pub use writer::{
     AnnotationNameId, Arg, ArgValue, ClockReadings, CounterTrack, CounterValue, CustomTrack,
     EventNameId, ProcessTrack, Slice, StringValueId, ThreadTrack, TraceWriter, WriterOptions,
-    COMPRESS_CHUNK_BYTES, DELTA_CLOCK_ID, REORDER_WINDOW, SEQUENCE_ID,
+    COMPRESS_CHUNK_BYTES, DELTA_CLOCK_ID, SEQUENCE_ID,
 };

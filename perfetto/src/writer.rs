@@ -7,8 +7,6 @@ use std::io::{self, BufWriter, Write};
 
 use prost::Message;
 
-use crate::window::{Order, Slots};
-
 use crate::protos::{
     clock_snapshot, trace_packet, track_descriptor, track_event, BuiltinClock, ClockSnapshot,
     CounterDescriptor, DebugAnnotationName, EventName, InternedData, InternedString,
@@ -32,13 +30,6 @@ const TRACE_PACKET_TAG: u8 = 0x0a;
 /// the sequence (trace_processor reads it as int64, so a step back is a
 /// wrapped, 10-byte varint).
 pub const DELTA_CLOCK_ID: u32 = 64;
-
-/// Track events held back and written in timestamp order when
-/// [`WriterOptions::delta_timestamps`] is on, so that most deltas are small
-/// and positive although records arrive in completion order. An event later
-/// than this many others is still correct, only its delta is a wrapped
-/// negative (10 bytes).
-pub const REORDER_WINDOW: usize = 2048;
 
 /// Uncompressed bytes of packets collected into one `compressed_packets`
 /// bundle when [`WriterOptions::compress`] is on. Small enough that
@@ -322,23 +313,6 @@ pub struct TraceWriter<W: Write> {
     zbuf: Vec<u8>,
     /// The bundles' compressor (libdeflate, level 1), reused.
     deflate: Option<Deflater>,
-    /// Reorder window (delta timestamps only): (timestamp, push sequence,
-    /// slot) keys, so the oldest event leaves first and ties leave in push
-    /// order ([`crate::window::Order`]: ascending runs plus a heap; a sorted
-    /// array paid a memmove of up to half the window per insert, because a
-    /// kernel's events land far from either end: they arrive when it
-    /// completes, behind the interceptor slices of the dispatches enqueued
-    /// since).
-    window: Order,
-    /// Push sequence of the next event put into the window.
-    window_seq: u64,
-    /// Encoded events in the window, minus their timestamp and flags.
-    slots: Slots,
-    /// The latest timestamp put into the reorder window so far.
-    newest_held_ts: u64,
-    /// [`TraceWriter::flush_settled`] writes the held events no later than
-    /// this: the latest held at its previous call (0 before the first).
-    settled_ts: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -377,22 +351,6 @@ impl<W: Write> TraceWriter<W> {
             deflate: options
                 .compress
                 .then(|| Deflater(Compressor::new(DEFLATE_LEVEL))),
-            window_seq: 0,
-            window: Order::with_capacity(if options.delta_timestamps {
-                REORDER_WINDOW + 1
-            } else {
-                0
-            }),
-            // Allocated up front so that filling the window is not
-            // steady-state allocation; only an event larger than a slot
-            // allocates, once per slot it spills from.
-            slots: Slots::with_capacity(if options.delta_timestamps {
-                REORDER_WINDOW + 1
-            } else {
-                0
-            }),
-            newest_held_ts: 0,
-            settled_ts: 0,
         }
     }
 
@@ -401,8 +359,7 @@ impl<W: Write> TraceWriter<W> {
         self.options
     }
 
-    /// Packets written so far (counting those still held in the reorder
-    /// window or in the bundle being filled).
+    /// Packets written so far (counting those in the bundle being filled).
     pub fn packets_written(&self) -> u64 {
         self.packets
     }
@@ -658,7 +615,6 @@ impl<W: Write> TraceWriter<W> {
 
     /// Flushes and returns the underlying writer.
     pub fn finish(mut self) -> io::Result<W> {
-        self.drain_window()?;
         self.flush_chunk()?;
         self.out.into_inner().map_err(|e| e.into_error())
     }
@@ -695,30 +651,6 @@ impl<W: Write> TraceWriter<W> {
     /// Flushes buffered packets to the underlying writer (with compression,
     /// closes the bundle being filled).
     pub fn flush(&mut self) -> io::Result<()> {
-        self.drain_window()?;
-        self.flush_chunk()?;
-        self.out.flush()
-    }
-
-    /// Whether events wait in the reorder window (written by a later
-    /// [`TraceWriter::flush_settled`], or at the finish).
-    pub fn holds_events(&self) -> bool {
-        !self.window.is_empty()
-    }
-
-    /// A flush for a file that must stay a readable prefix of the trace,
-    /// called periodically: like [`TraceWriter::flush`], but of the reorder
-    /// window it writes only the events no later than the latest one it held
-    /// at the previous call, and keeps the rest in order. So the file has
-    /// every event that arrived before the previous call, and the window
-    /// keeps doing its job: draining all of it at every call wrote ~2,000
-    /// events out of turn each time (and encoded and deflated them on the
-    /// caller's thread at once).
-    pub fn flush_settled(&mut self) -> io::Result<()> {
-        let settled = std::mem::replace(&mut self.settled_ts, self.newest_held_ts);
-        while self.window.peek().is_some_and(|(ts, _, _)| ts <= settled) {
-            self.pop_window()?;
-        }
         self.flush_chunk()?;
         self.out.flush()
     }
@@ -867,13 +799,19 @@ impl<W: Write> TraceWriter<W> {
             wire::varint_field(body, field::TE_CORRELATION_ID, id);
         }
 
-        if self.options.delta_timestamps {
-            return self.push_window(ts_ns);
-        }
+        // Written as it arrives: records reach the writer in completion
+        // order, which on kernel traces is nearly time order (an
+        // interceptor call's slice travels with its dispatch), so a delta
+        // is rarely negative (a wrapped 10-byte varint, read back exactly).
+        // docs/trace-format.md, "Timestamps", has what a reorder window
+        // bought and cost.
         let (flags, has_interned) = self.next_flags_for(uses_interning, true);
+        let ts_field = self.encode_ts(ts_ns);
         let packet = &mut self.buf;
         packet.clear();
-        wire::varint_field(packet, field::TP_TIMESTAMP, ts_ns);
+        if !self.options.delta_timestamps {
+            wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
+        }
         wire::bytes_field(packet, field::TP_TRACK_EVENT, &self.event_buf);
         wire::varint_field(
             packet,
@@ -889,6 +827,12 @@ impl<W: Write> TraceWriter<W> {
         if let Some(flags) = flags {
             wire::varint_field(packet, field::TP_SEQUENCE_FLAGS, u64::from(flags));
         }
+        if self.options.delta_timestamps {
+            // The delta last: the fields before it repeat from packet to
+            // packet, so deflate copies them in longer matches
+            // (docs/trace-format.md, "Field order").
+            wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
+        }
         if has_interned {
             self.clear_pending();
         }
@@ -901,78 +845,6 @@ impl<W: Write> TraceWriter<W> {
         let r = self.put_packet(&header[..header_len], &body);
         self.buf = body;
         r
-    }
-
-    /// Puts the track event in `event_buf` into the reorder window, and
-    /// writes the window's oldest event once it holds more than
-    /// [`REORDER_WINDOW`].
-    fn push_window(&mut self, ts_ns: u64) -> io::Result<()> {
-        let mut head = [0u8; 2 + wire::MAX_VARINT];
-        let mut h = wire::put_key(&mut head, field::TP_TRACK_EVENT, wire::LEN);
-        h += wire::put_varint(&mut head[h..], self.event_buf.len() as u64);
-        let mut tail = [0u8; 2 + wire::MAX_VARINT];
-        let mut t = wire::put_key(
-            &mut tail,
-            field::TP_TRUSTED_PACKET_SEQUENCE_ID,
-            wire::VARINT,
-        );
-        t += wire::put_varint(&mut tail[t..], u64::from(SEQUENCE_ID));
-        let slot = self.slots.store(&[&head[..h], &self.event_buf, &tail[..t]]);
-        self.window.push((ts_ns, self.window_seq, slot));
-        self.window_seq += 1;
-        self.newest_held_ts = self.newest_held_ts.max(ts_ns);
-        self.packets += 1;
-        if self.window.len() > REORDER_WINDOW {
-            self.pop_window()?;
-        }
-        Ok(())
-    }
-
-    /// Writes the oldest event of the reorder window (earliest timestamp,
-    /// then first pushed), with any pending interned data: every name it
-    /// uses was interned before it was pushed, so its definition is in this
-    /// packet or an earlier one.
-    fn pop_window(&mut self) -> io::Result<()> {
-        let Some((ts_ns, _, slot)) = self.window.pop() else {
-            return Ok(());
-        };
-        let (flags, has_interned) = self.next_flags_for(true, true);
-        let ts_field = self.encode_ts(ts_ns);
-        let packet = &mut self.buf;
-        packet.clear();
-        packet.extend_from_slice(self.slots.get(slot));
-        if has_interned {
-            wire::key(packet, field::TP_INTERNED_DATA, wire::LEN);
-            self.pending
-                .encode_length_delimited(packet)
-                .expect("encoding into a Vec cannot run out of space");
-        }
-        if let Some(flags) = flags {
-            wire::varint_field(packet, field::TP_SEQUENCE_FLAGS, u64::from(flags));
-        }
-        // The timestamp last: the fields before it repeat from packet to
-        // packet, so deflate copies them in longer matches (about 3 % fewer
-        // bytes; docs/trace-format.md, "Field order").
-        wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
-        if has_interned {
-            self.clear_pending();
-        }
-        self.slots.release(slot);
-        let mut header = [0u8; 1 + wire::MAX_VARINT];
-        header[0] = TRACE_PACKET_TAG;
-        let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
-        let body = std::mem::take(&mut self.buf);
-        let r = self.put_packet(&header[..header_len], &body);
-        self.buf = body;
-        r
-    }
-
-    /// Writes every event still in the reorder window.
-    fn drain_window(&mut self) -> io::Result<()> {
-        while !self.window.is_empty() {
-            self.pop_window()?;
-        }
-        Ok(())
     }
 
     /// Adds sequence id, flags and pending interned names, then frames and

@@ -177,7 +177,7 @@ fn normalized_events(trace: &Trace) -> (Vec<Vec<u8>>, Vec<TracePacket>) {
 }
 
 #[test]
-fn compact_encoding_decodes_to_the_same_events_in_time_order() {
+fn compact_encoding_decodes_to_the_same_events_in_arrival_order() {
     let plain = decode_trace(&small_trace()).unwrap();
     let compact_bytes = small_trace_with(WriterOptions::default());
     let compact = decode_trace(&compact_bytes).unwrap();
@@ -203,9 +203,10 @@ fn compact_encoding_decodes_to_the_same_events_in_time_order() {
     };
     assert_eq!(names(&plain_interned), names(&compact_interned));
     // The file is one deflated bundle; inside, the clock snapshot declares
-    // the incremental sequence clock and the track events come out of the
-    // reorder window in timestamp order (the counter at 2,000 was written
-    // after the slices at 3,000 and 4,000).
+    // the incremental sequence clock and the track events keep the order
+    // they were written in, with their exact timestamps (the counter at
+    // 2,000, written after the slices at 3,000 and 4,000, has a negative
+    // delta).
     assert!(compact_bytes.len() < small_trace().len());
     match &compact.packet[0].data {
         Some(Data::ClockSnapshot(cs)) => {
@@ -226,7 +227,7 @@ fn compact_encoding_decodes_to_the_same_events_in_time_order() {
         .collect();
     assert_eq!(
         ts,
-        [2_000, 2_000, 2_500, 3_000, 4_000, 4_000, 4_000, 4_000, 5_000]
+        [2_000, 2_500, 3_000, 4_000, 4_000, 4_000, 2_000, 4_000, 5_000]
     );
 }
 
@@ -502,17 +503,15 @@ fn counter_values(bytes: &[u8]) -> Vec<(u64, i64)> {
         .collect()
 }
 
-/// The reorder window writes events in timestamp order and events with the
-/// same timestamp in the order they were written, whatever the arrival
-/// order (up to the window's size): counter values carry the write order.
+/// Events are written in arrival order, each timestamp a delta to the one
+/// before: an event earlier than the previous one has a negative delta (a
+/// wrapped 10-byte varint), which reads back exactly, as do ties.
 #[test]
-fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
+fn events_keep_arrival_order_and_earlier_timestamps_read_back_exactly() {
     let mut w = TraceWriter::new(Vec::new());
     start_order_counters(&mut w);
     // 6,000 events, four per nanosecond plus up to 64 ns of jitter from a
-    // small LCG: many collide, arrival order is far from time order, but no
-    // event is more than REORDER_WINDOW (2,048) places late, and the
-    // window's slots are recycled out of order.
+    // small LCG: many collide and about half go back in time.
     let mut x: u64 = 12345;
     let mut written = Vec::new();
     for i in 0..6_000i64 {
@@ -524,8 +523,6 @@ fn reorder_window_sorts_by_timestamp_and_keeps_write_order_for_ties() {
         written.push((ts, i));
     }
     let read = counter_values(&w.finish().unwrap());
-    // Sorting by timestamp alone is stable: ties stay in write order.
-    written.sort_by_key(|&(ts, _)| ts);
     assert_eq!(read.len(), 6_000);
     assert_eq!(read, written);
 }
@@ -668,40 +665,32 @@ fn write_out_makes_room_without_closing_the_open_bundle() {
     assert_eq!(events, 2 * 60_000, "a BEGIN and an END per slice");
 }
 
-/// The periodic flush (`flush_settled`) leaves in the reorder window what
-/// arrived since its previous call and writes, in time order, everything
-/// held no later than the newest event it held at that call, stragglers
-/// included: the file is a readable prefix with every event that arrived
-/// before the previous flush, and the window goes on ordering the rest.
+/// The periodic flush writes every event that arrived before it, so the
+/// file is a readable prefix of the trace at each flush, stragglers (an
+/// event older than those before it) included.
 #[test]
-fn flush_settled_writes_what_arrived_before_the_previous_call_and_keeps_the_rest() {
+fn flush_writes_every_event_that_arrived_before_it() {
     let file = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let mut w = TraceWriter::with_options(SharedWriter(file.clone()), WriterOptions::default());
     start_order_counters(&mut w);
+    let mut written: Vec<(u64, i64)> = Vec::new();
     for i in 0..100i64 {
         w.write_counter(9, 1_000 + i as u64, CounterValue::Int(i))
             .unwrap();
+        written.push((1_000 + i as u64, i));
     }
-    // The first call has no earlier one: every event stays held.
-    w.flush_settled().unwrap();
-    assert_eq!(counter_values(&file.borrow()), []);
+    w.flush().unwrap();
+    assert_eq!(counter_values(&file.borrow()), written);
     for i in 100..200i64 {
         w.write_counter(9, 2_000 + i as u64, CounterValue::Int(i))
             .unwrap();
+        written.push((2_000 + i as u64, i));
     }
-    // A straggler older than the newest event held at the first call.
+    // A straggler older than every event since the first flush.
     w.write_counter(9, 1_050, CounterValue::Int(-1)).unwrap();
-    w.flush_settled().unwrap();
-    let mut settled: Vec<(u64, i64)> = (0..100).map(|i| (1_000 + i as u64, i)).collect();
-    settled.insert(51, (1_050, -1));
-    assert_eq!(counter_values(&file.borrow()), settled);
-    // The rest, in order, once the writer finishes.
+    written.push((1_050, -1));
+    w.flush().unwrap();
+    assert_eq!(counter_values(&file.borrow()), written);
     drop(w.finish().unwrap());
-    let all = counter_values(&file.borrow());
-    assert_eq!(all.len(), 201);
-    assert_eq!(all[..101], settled[..]);
-    assert!(all[101..]
-        .iter()
-        .zip(100..200i64)
-        .all(|(&(ts, v), i)| v == i && ts == 2_000 + i as u64));
+    assert_eq!(counter_values(&file.borrow()), written);
 }

@@ -28,9 +28,7 @@ const _: () = assert!(WRITER_IDLE_MAX.as_millis() < FLUSH_EVERY.as_millis());
 
 /// Longest time records handed to the sinks stay in their buffers (plus
 /// up to [`WRITER_IDLE_MAX`] for records an app thread wrote in the
-/// writer's place while the writer thread slept); twice that for a sink
-/// that holds back what reached it since its previous flush
-/// ([`RecordSink::holds_back`]: the Perfetto sink's reorder window).
+/// writer's place while the writer thread slept).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Kernel names and the include/exclude verdict, as the writer needs them.
@@ -185,11 +183,6 @@ impl Sinks {
         }
     }
 
-    /// Whether a sink still in use kept records back at its last flush.
-    fn hold_back(&self) -> bool {
-        self.in_use().any(|sink| sink.holds_back())
-    }
-
     /// A lender found a sink short of room: makes room in the sinks short of
     /// it alone ([`RecordSink::make_room`]); the others keep their buffers.
     pub(super) fn make_room_for_lenders(&mut self) {
@@ -306,10 +299,7 @@ impl<S: DispatchSignal> Engine<S> {
                 // FLUSH_EVERY (a killed process leaves a readable prefix).
                 if job.dirty && last_flush.elapsed() >= FLUSH_EVERY {
                     job.sinks.each("flush", |s| s.flush());
-                    // A sink that kept records back (those that reached it
-                    // since its previous flush) is flushed again a period
-                    // later, records or not.
-                    job.dirty = job.sinks.hold_back();
+                    job.dirty = false;
                     last_flush = Instant::now();
                 } else if wanted {
                     job.sinks.make_room_for_lenders();

@@ -929,17 +929,8 @@ impl RecordSink for PerfettoSink {
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.state {
-            // What arrived since the previous flush stays in the reorder
-            // window, in order (`TraceWriter::flush_settled`).
-            State::Started(s) => s.writer.flush_settled(),
+            State::Started(s) => s.writer.flush(),
             _ => Ok(()),
-        }
-    }
-
-    fn holds_back(&self) -> bool {
-        match &self.state {
-            State::Started(s) => s.writer.holds_events(),
-            _ => false,
         }
     }
 

@@ -195,10 +195,6 @@ impl RecordSink for SplitPerfettoSink {
         self.current.flush()
     }
 
-    fn holds_back(&self) -> bool {
-        self.current.holds_back()
-    }
-
     fn finish(&mut self, meta: &RunMetadata) -> io::Result<()> {
         let last = RunMetadata {
             dispatches: self.dispatches,
