@@ -1103,8 +1103,7 @@ fn sigterm_and_sigint_flush_the_trace_then_end_the_app_by_the_signal() {
 #[test]
 fn sigkill_leaves_a_readable_prefix_flushed_within_100_ms() {
     // All 90 kernels finish, then 400 ms pass before SIGKILL: with the
-    // periodic flush (every 100 ms; the Perfetto sink's reorder window a
-    // period later) every one of them is on disk.
+    // periodic flush (every 100 ms) every one of them is on disk.
     let run = run_rprof("signal-KILL", &[], &["signal", "90", "KILL", "400"]);
     assert_eq!(run.code, Some(128 + 9), "{}", run.stderr);
     assert_eq!(run.launched().1, 90);

@@ -803,8 +803,8 @@ impl<W: Write> TraceWriter<W> {
         // order, which on kernel traces is nearly time order (an
         // interceptor call's slice travels with its dispatch), so a delta
         // is rarely negative (a wrapped 10-byte varint, read back exactly).
-        // docs/trace-format.md, "Timestamps", has what a reorder window
-        // bought and cost.
+        // docs/trace-format.md, "Arrival order", has what the reorder
+        // window this replaced bought and cost.
         let (flags, has_interned) = self.next_flags_for(uses_interning, true);
         let ts_field = self.encode_ts(ts_ns);
         let packet = &mut self.buf;

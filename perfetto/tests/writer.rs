@@ -144,7 +144,8 @@ fn small_trace_with(options: WriterOptions) -> Vec<u8> {
     assert_eq!(w.packets_written(), 16);
     let bytes_written = w.bytes_written();
     let bytes = w.finish().unwrap();
-    // (The default encoding still holds events in its reorder window.)
+    // (Compressed, the file holds deflated bundles, fewer bytes than the
+    // packets in them.)
     if options == WriterOptions::plain() {
         assert_eq!(bytes.len() as u64, bytes_written);
     }
