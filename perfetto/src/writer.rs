@@ -799,10 +799,10 @@ impl<W: Write> TraceWriter<W> {
             wire::varint_field(body, field::TE_CORRELATION_ID, id);
         }
 
-        // Written as it arrives: records reach the writer in completion
-        // order, which on kernel traces is nearly time order (an
-        // interceptor call's slice travels with its dispatch), so a delta
-        // is rarely negative (a wrapped 10-byte varint, read back exactly).
+        // Written as it arrives: records reach the writer in a few
+        // ascending runs (calls in call order, kernels in completion order),
+        // so a delta is negative (a wrapped 10-byte varint, read back
+        // exactly) only where one run gives way to an earlier one: rarely.
         // docs/trace-format.md, "Arrival order", has what the reorder
         // window this replaced bought and cost.
         let (flags, has_interned) = self.next_flags_for(uses_interning, true);
