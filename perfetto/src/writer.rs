@@ -289,13 +289,9 @@ impl Slice<'_> {
 #[derive(Debug)]
 pub struct TraceWriter<W: Write> {
     out: BufWriter<W>,
-    /// The current packet: framed for prost-encoded packets, the bare
-    /// packet for track events (framed on write).
+    /// The current packet, framed, when packets are not compressed
+    /// (compressed, packets are encoded straight into `chunk`).
     buf: Vec<u8>,
-    /// Encoded `TrackEvent` of the current event packet.
-    event_buf: Vec<u8>,
-    /// Encoded `DebugAnnotation` being appended to `event_buf`.
-    arg_buf: Vec<u8>,
     /// Names interned since the last packet; attached to the next one.
     pending: InternedData,
     event_names: HashMap<String, u64>,
@@ -327,8 +323,6 @@ impl<W: Write> TraceWriter<W> {
         TraceWriter {
             out: BufWriter::with_capacity(256 * 1024, out),
             buf: Vec::with_capacity(256),
-            event_buf: Vec::with_capacity(256),
-            arg_buf: Vec::with_capacity(64),
             pending: InternedData::default(),
             event_names: HashMap::new(),
             annotation_names: HashMap::new(),
@@ -667,26 +661,6 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 
-    /// Appends one framed packet (`header` then `body`) to the file, or to
-    /// the bundle being filled.
-    fn put_packet(&mut self, header: &[u8], body: &[u8]) -> io::Result<()> {
-        if self.options.compress {
-            // The 2-3 byte header pushed byte by byte: a slice copy compiled
-            // to a `memcpy` call, four per dispatch.
-            for &b in header {
-                self.chunk.push(b);
-            }
-            self.chunk.extend_from_slice(body);
-            if self.chunk.len() >= COMPRESS_CHUNK_BYTES {
-                self.flush_chunk()?;
-            }
-            return Ok(());
-        }
-        self.bytes += (header.len() + body.len()) as u64;
-        self.out.write_all(header)?;
-        self.out.write_all(body)
-    }
-
     /// Deflates the pending packets into one `TracePacket { compressed_packets }`.
     fn flush_chunk(&mut self) -> io::Result<()> {
         let Some(Deflater(z)) = self.deflate.as_mut() else {
@@ -753,98 +727,96 @@ impl<W: Write> TraceWriter<W> {
     fn write_event(&mut self, ts_ns: u64, ev: &Event<'_>) -> io::Result<()> {
         // Interned names (event and argument) and interned string values.
         let uses_interning = ev.name.is_some() || !ev.args.is_empty();
-
-        let body = &mut self.event_buf;
-        body.clear();
-        wire::varint_field(body, field::TE_TYPE, ev.kind as u64);
-        wire::varint_field(body, field::TE_TRACK_UUID, ev.track_uuid);
-        if let Some(name) = ev.name {
-            wire::varint_field(body, field::TE_NAME_IID, name.0);
-        }
-        for arg in ev.args {
-            let a = &mut self.arg_buf;
-            a.clear();
-            wire::varint_field(a, field::DA_NAME_IID, arg.name.0);
-            match arg.value {
-                ArgValue::Uint(v) => wire::varint_field(a, field::DA_UINT_VALUE, v),
-                // int64: two's complement as a 10-byte varint when negative.
-                ArgValue::Int(v) => wire::varint_field(a, field::DA_INT_VALUE, v as u64),
-                ArgValue::Double(v) => wire::fixed64_field(a, field::DA_DOUBLE_VALUE, v.to_bits()),
-                ArgValue::Bool(v) => wire::varint_field(a, field::DA_BOOL_VALUE, u64::from(v)),
-                ArgValue::Pointer(v) => wire::varint_field(a, field::DA_POINTER_VALUE, v),
-                ArgValue::Str(v) => wire::bytes_field(a, field::DA_STRING_VALUE, v.as_bytes()),
-                ArgValue::InternedString(id) => {
-                    wire::varint_field(a, field::DA_STRING_VALUE_IID, id.0)
-                }
-            }
-            wire::bytes_field(body, field::TE_DEBUG_ANNOTATIONS, a);
-        }
-        match ev.counter {
-            Some(CounterValue::Int(v)) => {
-                wire::varint_field(body, field::TE_COUNTER_VALUE, v as u64)
-            }
-            Some(CounterValue::Double(v)) => {
-                wire::fixed64_field(body, field::TE_DOUBLE_COUNTER_VALUE, v.to_bits())
-            }
-            None => {}
-        }
-        // One fixed64 field per id (unpacked), as upstream's proto2 declares.
-        for &id in ev.flow_ids {
-            wire::fixed64_field(body, field::TE_FLOW_IDS, id);
-        }
-        for &id in ev.terminating_flow_ids {
-            wire::fixed64_field(body, field::TE_TERMINATING_FLOW_IDS, id);
-        }
-        if let Some(id) = ev.correlation_id {
-            wire::varint_field(body, field::TE_CORRELATION_ID, id);
-        }
-
+        let (flags, has_interned) = self.next_flags_for(uses_interning, true);
         // Written as it arrives: records reach the writer in a few
         // ascending runs (calls in call order, kernels in completion order),
         // so a delta is negative (a wrapped 10-byte varint, read back
         // exactly) only where one run gives way to an earlier one: rarely.
         // docs/trace-format.md, "Arrival order", has what the reorder
         // window this replaced bought and cost.
-        let (flags, has_interned) = self.next_flags_for(uses_interning, true);
         let ts_field = self.encode_ts(ts_ns);
-        let packet = &mut self.buf;
-        packet.clear();
-        if !self.options.delta_timestamps {
-            wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
+        let delta = self.options.delta_timestamps;
+
+        // Encoded in place, each nested message's length filled in at its
+        // end: no copy of the event into the packet, nor of the packet into
+        // the bundle.
+        let out = packet_buffer(self.options.compress, &mut self.chunk, &mut self.buf);
+        let packet = wire::begin_packet(out);
+        if !delta {
+            wire::varint_field(out, field::TP_TIMESTAMP, ts_field);
         }
-        wire::bytes_field(packet, field::TP_TRACK_EVENT, &self.event_buf);
+        wire::key(out, field::TP_TRACK_EVENT, wire::LEN);
+        let event = wire::begin_len(out);
+        wire::varint_field(out, field::TE_TYPE, ev.kind as u64);
+        wire::varint_field(out, field::TE_TRACK_UUID, ev.track_uuid);
+        if let Some(name) = ev.name {
+            wire::varint_field(out, field::TE_NAME_IID, name.0);
+        }
+        for arg in ev.args {
+            wire::key(out, field::TE_DEBUG_ANNOTATIONS, wire::LEN);
+            let annotation = wire::begin_len(out);
+            wire::varint_field(out, field::DA_NAME_IID, arg.name.0);
+            match arg.value {
+                ArgValue::Uint(v) => wire::varint_field(out, field::DA_UINT_VALUE, v),
+                // int64: two's complement as a 10-byte varint when negative.
+                ArgValue::Int(v) => wire::varint_field(out, field::DA_INT_VALUE, v as u64),
+                ArgValue::Double(v) => {
+                    wire::fixed64_field(out, field::DA_DOUBLE_VALUE, v.to_bits())
+                }
+                ArgValue::Bool(v) => wire::varint_field(out, field::DA_BOOL_VALUE, u64::from(v)),
+                ArgValue::Pointer(v) => wire::varint_field(out, field::DA_POINTER_VALUE, v),
+                ArgValue::Str(v) => wire::bytes_field(out, field::DA_STRING_VALUE, v.as_bytes()),
+                ArgValue::InternedString(id) => {
+                    wire::varint_field(out, field::DA_STRING_VALUE_IID, id.0)
+                }
+            }
+            wire::end_len(out, annotation);
+        }
+        match ev.counter {
+            Some(CounterValue::Int(v)) => {
+                wire::varint_field(out, field::TE_COUNTER_VALUE, v as u64)
+            }
+            Some(CounterValue::Double(v)) => {
+                wire::fixed64_field(out, field::TE_DOUBLE_COUNTER_VALUE, v.to_bits())
+            }
+            None => {}
+        }
+        // One fixed64 field per id (unpacked), as upstream's proto2 declares.
+        for &id in ev.flow_ids {
+            wire::fixed64_field(out, field::TE_FLOW_IDS, id);
+        }
+        for &id in ev.terminating_flow_ids {
+            wire::fixed64_field(out, field::TE_TERMINATING_FLOW_IDS, id);
+        }
+        if let Some(id) = ev.correlation_id {
+            wire::varint_field(out, field::TE_CORRELATION_ID, id);
+        }
+        wire::end_len(out, event);
         wire::varint_field(
-            packet,
+            out,
             field::TP_TRUSTED_PACKET_SEQUENCE_ID,
             u64::from(SEQUENCE_ID),
         );
         if has_interned {
-            wire::key(packet, field::TP_INTERNED_DATA, wire::LEN);
+            wire::key(out, field::TP_INTERNED_DATA, wire::LEN);
             self.pending
-                .encode_length_delimited(packet)
+                .encode_length_delimited(out)
                 .expect("encoding into a Vec cannot run out of space");
         }
         if let Some(flags) = flags {
-            wire::varint_field(packet, field::TP_SEQUENCE_FLAGS, u64::from(flags));
+            wire::varint_field(out, field::TP_SEQUENCE_FLAGS, u64::from(flags));
         }
-        if self.options.delta_timestamps {
+        if delta {
             // The delta last: the fields before it repeat from packet to
             // packet, so deflate copies them in longer matches
             // (docs/trace-format.md, "Field order").
-            wire::varint_field(packet, field::TP_TIMESTAMP, ts_field);
+            wire::varint_field(out, field::TP_TIMESTAMP, ts_field);
         }
+        wire::end_len(out, packet);
         if has_interned {
             self.clear_pending();
         }
-
-        let mut header = [0u8; 1 + wire::MAX_VARINT];
-        header[0] = TRACE_PACKET_TAG;
-        let header_len = 1 + wire::put_varint(&mut header[1..], self.buf.len() as u64);
-        let body = std::mem::take(&mut self.buf);
-        self.packets += 1;
-        let r = self.put_packet(&header[..header_len], &body);
-        self.buf = body;
-        r
+        self.packet_written()
     }
 
     /// Adds sequence id, flags and pending interned names, then frames and
@@ -867,24 +839,50 @@ impl<W: Write> TraceWriter<W> {
             packet.interned_data = Some(std::mem::take(&mut self.pending));
         }
 
-        let mut body = std::mem::take(&mut self.buf);
-        body.clear();
+        let out = packet_buffer(self.options.compress, &mut self.chunk, &mut self.buf);
+        let start = wire::begin_packet(out);
         packet
-            .encode(&mut body)
+            .encode(out)
             .expect("encoding into a Vec cannot run out of space");
-        body.extend_from_slice(extra);
-        let mut header = [0u8; 1 + wire::MAX_VARINT];
-        header[0] = TRACE_PACKET_TAG;
-        let header_len = 1 + wire::put_varint(&mut header[1..], body.len() as u64);
+        out.extend_from_slice(extra);
+        wire::end_len(out, start);
 
         if let Some(interned) = packet.interned_data.take() {
             self.pending = interned;
             self.clear_pending();
         }
+        self.packet_written()
+    }
+
+    /// Counts the packet just framed by [`wire::begin_packet`] into
+    /// [`packet_buffer`], and moves it on: compressed, deflates the bundle
+    /// once it is full; plain, writes the packet to the file.
+    fn packet_written(&mut self) -> io::Result<()> {
         self.packets += 1;
-        let r = self.put_packet(&header[..header_len], &body);
-        self.buf = body;
-        r
+        if self.options.compress {
+            if self.chunk.len() >= COMPRESS_CHUNK_BYTES {
+                self.flush_chunk()?;
+            }
+            return Ok(());
+        }
+        self.bytes += self.buf.len() as u64;
+        self.out.write_all(&self.buf)
+    }
+}
+
+/// Where the next packet is encoded: compressed, at the end of the bundle
+/// being filled (`chunk`); plain, into the emptied packet buffer (`buf`),
+/// which [`TraceWriter::packet_written`] then writes to the file.
+fn packet_buffer<'a>(
+    compress: bool,
+    chunk: &'a mut Vec<u8>,
+    buf: &'a mut Vec<u8>,
+) -> &'a mut Vec<u8> {
+    if compress {
+        chunk
+    } else {
+        buf.clear();
+        buf
     }
 }
 
@@ -1000,6 +998,50 @@ mod wire {
             v >>= 7;
         }
         buf.push(v as u8);
+    }
+
+    /// Starts a length-delimited value whose length is not known yet: a
+    /// one-byte placeholder for the length (the messages nested here are
+    /// mostly under 128 bytes). Returns where the value starts, for
+    /// [`end_len`].
+    #[inline(always)]
+    pub fn begin_len(buf: &mut Vec<u8>) -> usize {
+        buf.push(0);
+        buf.len()
+    }
+
+    /// Starts a framed `TracePacket` (the `Trace.packet` key, then
+    /// [`begin_len`]).
+    #[inline(always)]
+    pub fn begin_packet(buf: &mut Vec<u8>) -> usize {
+        buf.push(super::TRACE_PACKET_TAG);
+        begin_len(buf)
+    }
+
+    /// Ends the value [`begin_len`] started at `start`: writes its length
+    /// into the placeholder, moving the value along when the length takes
+    /// more than the one byte (the bytes are then what an encoder that knew
+    /// the length beforehand writes).
+    #[inline(always)]
+    pub fn end_len(buf: &mut Vec<u8>, start: usize) {
+        let len = buf.len() - start;
+        if len < 0x80 {
+            buf[start - 1] = len as u8;
+        } else {
+            widen_len(buf, start, len);
+        }
+    }
+
+    /// [`end_len`] for a length of two bytes or more: the value moves along
+    /// to make room for it.
+    #[cold]
+    fn widen_len(buf: &mut Vec<u8>, start: usize, len: usize) {
+        let mut length = [0u8; MAX_VARINT];
+        let n = put_varint(&mut length, len as u64);
+        let end = buf.len();
+        buf.resize(end + n - 1, 0);
+        buf.copy_within(start..end, start + n - 1);
+        buf[start - 1..start - 1 + n].copy_from_slice(&length[..n]);
     }
 
     /// Writes a field key at the start of `out`; returns its length.

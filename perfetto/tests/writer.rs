@@ -695,3 +695,64 @@ fn flush_writes_every_event_that_arrived_before_it() {
     drop(w.finish().unwrap());
     assert_eq!(counter_values(&file.borrow()), written);
 }
+
+/// Events are encoded in place with a one-byte length placeholder per
+/// nested message, moved along when the length needs more: string
+/// arguments around the one-, two- and three-byte length boundaries (of the
+/// annotation, the event and the packet) must decode to the same strings,
+/// framed minimally (as long as prost's own encoding), plain and compressed.
+#[test]
+fn long_arguments_are_framed_as_an_encoder_that_knew_their_length() {
+    let lengths = [
+        0, 100, 120, 121, 126, 127, 128, 200, 16_370, 16_383, 16_384, 70_000,
+    ];
+    for options in [WriterOptions::plain(), WriterOptions::default()] {
+        let mut w = TraceWriter::with_options(Vec::new(), options);
+        w.write_clock_snapshot(&ClockReadings {
+            boottime_ns: 1_000,
+            monotonic_ns: 900,
+            realtime_ns: 1_700_000_000_000_000_000,
+        })
+        .unwrap();
+        let name = w.intern_event_name("long");
+        let note = w.intern_annotation_name("note");
+        let texts: Vec<String> = lengths
+            .iter()
+            .map(|&n| (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect())
+            .collect();
+        for (i, text) in texts.iter().enumerate() {
+            let at = 2_000 + 10 * i as u64;
+            w.write_slice(&Slice {
+                args: &[Arg {
+                    name: note,
+                    value: ArgValue::Str(text),
+                }],
+                ..Slice::new(7, at, at + 5, name)
+            })
+            .unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let trace = decode_trace(&bytes).unwrap();
+        let mut seen = Vec::new();
+        for p in &trace.packet {
+            let Some(Data::TrackEvent(e)) = &p.data else {
+                continue;
+            };
+            for a in &e.debug_annotations {
+                if let Some(rprof_perfetto::protos::debug_annotation::Value::StringValue(s)) =
+                    &a.value
+                {
+                    seen.push(s.clone());
+                }
+            }
+        }
+        assert_eq!(seen, texts, "{options:?}");
+        if options == WriterOptions::plain() {
+            // Minimal framing: every packet as long as prost encodes it.
+            for raw in frames(&bytes) {
+                let p = TracePacket::decode(raw).unwrap();
+                assert_eq!(p.encoded_len(), raw.len());
+            }
+        }
+    }
+}
