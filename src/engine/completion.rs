@@ -550,12 +550,11 @@ impl<S: DispatchSignal> Engine<S> {
     /// FULL_SCAN_EVERY-th pass reads everything; so do serialized and
     /// host-forwarded runs, where someone waits for each dispatch. While an
     /// interceptor waits for signals or ring space, a pass reads past the
-    /// window, up to the first run of unfinished ones: a full read each time
-    /// (back to back while the wait lasts) was most of this thread's CPU on
-    /// the 20 µs mix at 51,200 dispatches, where ~12,000 dispatches are in
-    /// flight and the ring guard waits for them; a finished dispatch of
-    /// another queue behind such a run is found by the next full pass, at
-    /// most FULL_SCAN_EVERY passes later.
+    /// window, up to the first run of unfinished ones after a finished one
+    /// (all of them, if none has finished): a full read each time (back to
+    /// back while the wait lasts) was most of this thread's CPU on the 20 µs
+    /// mix at 51,200 dispatches, where ~12,000 dispatches are in flight and
+    /// the ring guard waits for them.
     fn scan(
         &self,
         backend: &dyn CompletionBackend,
@@ -564,7 +563,10 @@ impl<S: DispatchSignal> Engine<S> {
     ) -> Scan {
         let waited_for = self.options.serialize || self.options.host_forwarding;
         let full = own_pass.is_some_and(|pass| waited_for || pass % FULL_SCAN_EVERY == 0);
-        let limit = if full || self.urgent.load(Ordering::Acquire) {
+        // An interceptor waits for this thread (its own passes only; a
+        // lender's pass stays in the window).
+        let urgent = !full && own_pass.is_some() && self.urgent.load(Ordering::Acquire);
+        let limit = if full || urgent {
             tracked.len()
         } else {
             tracked.len().min(SCAN_WINDOW)
@@ -588,7 +590,10 @@ impl<S: DispatchSignal> Engine<S> {
                 latency_bound = true;
             }
             unfinished_run += 1;
-            if !full && unfinished_run >= UNFINISHED_RUN {
+            // An urgent pass that has found nothing finished yet reads on:
+            // what the interceptor waits for may be behind another queue's
+            // unfinished run.
+            if !full && unfinished_run >= UNFINISHED_RUN && !(urgent && done == 0) {
                 break;
             }
         }

@@ -3975,8 +3975,9 @@ fn loaded_kernels_wake_the_writer() {
 /// reads the oldest SCAN_WINDOW (256); a pass while an interceptor waits
 /// (urgent) reads on up to the run of unfinished ones, not past it (reading
 /// everything each time was most of the completion thread's CPU on the
-/// 6.4 mix at 51,200 dispatches); every FULL_SCAN_EVERY-th pass reads
-/// everything.
+/// 6.4 mix at 51,200 dispatches), unless it has found nothing finished
+/// before the run (what the interceptor waits for may be behind it);
+/// every FULL_SCAN_EVERY-th pass reads everything.
 #[test]
 fn an_urgent_pass_reads_up_to_the_first_unfinished_run_and_a_full_pass_past_it() {
     let setup = || {
@@ -4008,5 +4009,19 @@ fn an_urgent_pass_reads_up_to_the_first_unfinished_run_and_a_full_pass_past_it()
         engine.in_flight(),
         20,
         "a full pass finds the finished ones behind it"
+    );
+
+    // Nothing finished in front of the unfinished run: the urgent pass reads
+    // past it (999 taken, the newest left published; 979 of them finished).
+    let (engine, backend) = finished_without_a_completion_thread(1 << 12, 1_000);
+    for s in &backend.signals.value[..20] {
+        s.store(1, Ordering::SeqCst);
+    }
+    engine.urgent.store(true, Ordering::Release);
+    assert!(engine.own_turn_here(&backend, 1));
+    assert_eq!(
+        engine.in_flight(),
+        21,
+        "an urgent pass that found nothing reads on"
     );
 }
