@@ -11,8 +11,9 @@
 //! (`0x0a`, varint length, packet bytes) into a `BufWriter`: memory stays
 //! bounded, a crash leaves a readable prefix, and there is no footer.
 //! Descriptors and clock snapshots are encoded by prost; per-event packets
-//! (the hot path) are encoded directly with the same field numbers, into
-//! reused buffers, so steady-state writes allocate nothing.
+//! (the hot path) are encoded directly with the same field numbers,
+//! straight into the compressed bundle being filled (plain traces: a reused
+//! packet buffer), so steady-state writes allocate nothing.
 //!
 //! How the pieces fit together:
 //!
