@@ -23,14 +23,19 @@ fn small_trace() -> Vec<u8> {
     small_trace_with(WriterOptions::plain())
 }
 
-fn small_trace_with(options: WriterOptions) -> Vec<u8> {
-    let mut w = TraceWriter::with_options(Vec::new(), options);
+/// The clock snapshot every test trace starts with: boottime 1,000 ns.
+fn write_test_clock<W: std::io::Write>(w: &mut TraceWriter<W>) {
     w.write_clock_snapshot(&ClockReadings {
         boottime_ns: 1_000,
         monotonic_ns: 900,
         realtime_ns: 1_700_000_000_000_000_000,
     })
     .unwrap();
+}
+
+fn small_trace_with(options: WriterOptions) -> Vec<u8> {
+    let mut w = TraceWriter::with_options(Vec::new(), options);
+    write_test_clock(&mut w);
     w.write_process_track(&ProcessTrack {
         uuid: 1,
         pid: 42,
@@ -471,12 +476,7 @@ fn hand_encoded_events_match_prost_encoding_length() {
 /// Starts a trace for counter tests: the clock snapshot (boottime 1,000 ns)
 /// and counter track 9, "order".
 fn start_order_counters<W: std::io::Write>(w: &mut TraceWriter<W>) {
-    w.write_clock_snapshot(&ClockReadings {
-        boottime_ns: 1_000,
-        monotonic_ns: 900,
-        realtime_ns: 1_700_000_000_000_000_000,
-    })
-    .unwrap();
+    write_test_clock(w);
     w.write_counter_track(&CounterTrack {
         uuid: 9,
         parent_uuid: None,
@@ -708,12 +708,7 @@ fn long_arguments_are_framed_as_an_encoder_that_knew_their_length() {
     ];
     for options in [WriterOptions::plain(), WriterOptions::default()] {
         let mut w = TraceWriter::with_options(Vec::new(), options);
-        w.write_clock_snapshot(&ClockReadings {
-            boottime_ns: 1_000,
-            monotonic_ns: 900,
-            realtime_ns: 1_700_000_000_000_000_000,
-        })
-        .unwrap();
+        write_test_clock(&mut w);
         let name = w.intern_event_name("long");
         let note = w.intern_annotation_name("note");
         let texts: Vec<String> = lengths
