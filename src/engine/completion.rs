@@ -318,16 +318,15 @@ impl<S: DispatchSignal> Engine<S> {
     /// whose grants are the thread's alone. Returns whether the turn made
     /// progress.
     pub(super) fn complete_here(&self, backend: &dyn CompletionBackend) -> bool {
-        // What the thread would do after this turn (return, or pass again)
-        // it does at its own next turn, which finds the same state.
-        self.with_job_here(|job| self.turn(backend, job, Some(0)).progress)
-            .unwrap_or(false)
+        self.own_turn_here(backend, 0)
     }
 
-    /// The completion thread's `pass`-th own turn, on the calling thread
-    /// (tests: which passes read how far).
-    #[cfg(test)]
+    /// The completion thread's `pass`-th own turn, on the calling thread, as
+    /// [`Engine::complete_here`] (which takes pass 0, a full one); tests
+    /// take others, to see how far each kind of pass reads.
     pub(super) fn own_turn_here(&self, backend: &dyn CompletionBackend, pass: u64) -> bool {
+        // What the thread would do after this turn (return, or pass again)
+        // it does at its own next turn, which finds the same state.
         self.with_job_here(|job| self.turn(backend, job, Some(pass)).progress)
             .unwrap_or(false)
     }

@@ -3980,14 +3980,15 @@ fn loaded_kernels_wake_the_writer() {
 /// every FULL_SCAN_EVERY-th pass reads everything.
 #[test]
 fn an_urgent_pass_reads_up_to_the_first_unfinished_run_and_a_full_pass_past_it() {
-    let setup = || {
+    // 1,000 finished dispatches published, those in `unfinished` not.
+    let with_unfinished = |unfinished: std::ops::Range<usize>| {
         let (engine, backend) = finished_without_a_completion_thread(1 << 12, 1_000);
-        for s in &backend.signals.value[600..620] {
+        for s in &backend.signals.value[unfinished] {
             s.store(1, Ordering::SeqCst);
         }
         (engine, backend)
     };
-    let (engine, backend) = setup();
+    let (engine, backend) = with_unfinished(600..620);
     assert!(engine.own_turn_here(&backend, 1));
     assert_eq!(
         engine.in_flight(),
@@ -3995,7 +3996,7 @@ fn an_urgent_pass_reads_up_to_the_first_unfinished_run_and_a_full_pass_past_it()
         "an ordinary pass reads the window"
     );
 
-    let (engine, backend) = setup();
+    let (engine, backend) = with_unfinished(600..620);
     engine.urgent.store(true, Ordering::Release);
     assert!(engine.own_turn_here(&backend, 1));
     assert_eq!(
@@ -4013,10 +4014,7 @@ fn an_urgent_pass_reads_up_to_the_first_unfinished_run_and_a_full_pass_past_it()
 
     // Nothing finished in front of the unfinished run: the urgent pass reads
     // past it (999 taken, the newest left published; 979 of them finished).
-    let (engine, backend) = finished_without_a_completion_thread(1 << 12, 1_000);
-    for s in &backend.signals.value[..20] {
-        s.store(1, Ordering::SeqCst);
-    }
+    let (engine, backend) = with_unfinished(0..20);
     engine.urgent.store(true, Ordering::Release);
     assert!(engine.own_turn_here(&backend, 1));
     assert_eq!(
