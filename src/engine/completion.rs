@@ -840,7 +840,7 @@ impl<S: DispatchSignal> Engine<S> {
         self.push_record(Record::Dispatch(record));
         self.counters.completed.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.records.len() * 2 >= self.records.capacity() && self.writer_wake.is_sleeping() {
+        if self.writer_wake.is_sleeping() && self.writer_wake_due() {
             self.writer_wake.notify();
         }
         reached

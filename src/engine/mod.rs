@@ -307,6 +307,9 @@ pub struct Engine<S> {
     /// A lender found a sink's buffers full: the writer thread flushes the
     /// sinks (writes the files) at its next look, and is woken for it.
     writer_flush_wanted: AtomicBool,
+    /// Lending threads may write records: every sink had room when the
+    /// writer started (`WriterJob::lends`). Set once, as the writer starts.
+    writer_lends: AtomicBool,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):
     /// records that do not fit are dropped (counted lost) instead of
@@ -412,6 +415,7 @@ impl<S: DispatchSignal> Engine<S> {
             writer_outcome: Mutex::new(None),
             writer_done: Condvar::new(),
             writer_flush_wanted: AtomicBool::new(false),
+            writer_lends: AtomicBool::new(false),
             writer_stalled: AtomicBool::new(false),
             copies: ArrayQueue::new(options.max_copies_in_flight.max(1)),
             copies_out: AtomicU64::new(0),

@@ -3221,6 +3221,66 @@ fn the_writer_thread_leaves_the_records_to_a_lending_app_thread() {
     );
 }
 
+/// A thread that enters a lending wait while a backlog is queued (the
+/// interceptor's records of a burst of launches, queued before the app
+/// waits) gets the backlog: the writer thread leaves the queue to it while
+/// the queue is under 3/4 full, and stops its own batch within 256 records.
+/// (Before, the writer thread took any backlog over 1/8 of the queue itself
+/// in one batch of up to 4,096, while the waiting app thread spun beside it:
+/// on the emulated GPU, on the device's core.) Past 3/4 the writer thread
+/// writes too.
+#[test]
+fn a_backlog_queued_before_the_app_waits_is_left_to_the_waiting_thread() {
+    let _alone = timing_sensitive();
+    let engine = Arc::new(Engine::<FakeSignal>::new(EngineOptions::default()));
+    let capacity = engine.records.capacity() as u64;
+    let (writer, _room, written, _flushes) = spawn_room_writer(&engine, 1 << 20);
+    // Half the queue: over the old 1/8, under 3/4.
+    let backlog = capacity / 2;
+    let lending = engine.lending();
+    for n in 1..=backlog {
+        assert!(engine.records.push(numbered_dispatch(n)).is_ok());
+    }
+    // The writer thread wakes within its 2 ms nap; the app's thread writes
+    // 16 records between 200 µs slices of its wait.
+    let mut lent = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !engine.records.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+        while engine.lend_writer(16) > 0 {}
+        lent = engine.counters().lent.load(Ordering::Relaxed);
+    }
+    assert_eq!(lent, backlog, "the app thread wrote {lent} of {backlog}");
+    // 7/8 full, the app thread still in its wait: the writer thread writes
+    // the queue down to under 3/4 and leaves the rest.
+    let more = capacity * 7 / 8;
+    for n in backlog + 1..=backlog + more {
+        assert!(engine.records.push(numbered_dispatch(n)).is_ok());
+    }
+    let three_quarters = capacity * 3 / 4;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.records.len() as u64 >= three_quarters && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let left = engine.records.len() as u64;
+    assert!(
+        (three_quarters - 256..three_quarters).contains(&left),
+        "{left} records left of {capacity}"
+    );
+    // The wait is over: the writer thread writes the rest.
+    drop(lending);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !engine.records.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(engine.records.is_empty(), "the writer thread left records");
+    assert_eq!(engine.counters().lent.load(Ordering::Relaxed), backlog);
+    engine.stop_writer();
+    writer.join().unwrap();
+    assert_eq!(written.load(Ordering::SeqCst), backlog + more);
+}
+
 /// Held by the tests whose figures depend on how often each thread gets a
 /// core, so that they do not run beside one another: beside the lending
 /// retire test (a fake device of four spinning lanes), the lending writer
