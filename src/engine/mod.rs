@@ -307,8 +307,12 @@ pub struct Engine<S> {
     /// A lender found a sink's buffers full: the writer thread flushes the
     /// sinks (writes the files) at its next look, and is woken for it.
     writer_flush_wanted: AtomicBool,
-    /// Lending threads may write records: every sink had room when the
-    /// writer started (`WriterJob::lends`). Set once, as the writer starts.
+    /// Lending threads may write records: every sink had room when it
+    /// started (set once, as the writer starts, before its state is
+    /// published). A sink that never buffers for a lender (rocpd, split
+    /// Perfetto: `spare_room` 0) leaves all writing to the writer thread, and
+    /// lenders then neither write nor ask for flushes (each ask made the
+    /// writer thread flush, every 200 µs of an app's wait).
     writer_lends: AtomicBool,
     /// The writer made no progress for [`WRITER_STALL`] while the record
     /// queue was full (stuck on a FIFO nobody reads, a hung file system):

@@ -234,12 +234,6 @@ pub(super) struct WriterJob {
     tally: Tally,
     /// Records reached the sinks since their last flush.
     dirty: bool,
-    /// Every sink had room when it started: lenders may write. A sink that
-    /// never buffers for a lender (rocpd, split Perfetto: `spare_room` 0)
-    /// leaves all writing to the writer thread, and lenders then neither
-    /// write nor ask for flushes (each ask made the writer thread flush,
-    /// every 200 µs of an app's wait).
-    lends: bool,
 }
 
 impl std::fmt::Debug for WriterJob {
@@ -271,11 +265,10 @@ impl<S: DispatchSignal> Engine<S> {
             names,
             tally: Tally::default(),
             dirty: false,
-            lends: false,
         };
         job.sinks.each("start", |s| s.start(run, agents));
-        job.lends = job.sinks.spare_room() > 0;
-        self.writer_lends.store(job.lends, Ordering::Release);
+        self.writer_lends
+            .store(job.sinks.spare_room() > 0, Ordering::Release);
         *self.writer_job() = Some(job);
         let mut last_flush = Instant::now();
         let sleeper = self.writer_wake.sleeper();
@@ -374,7 +367,9 @@ impl<S: DispatchSignal> Engine<S> {
             return 0;
         };
         let n = match held.as_mut() {
-            Some(job) if job.lends => self.drain_records(job, max, LEND_ROOM),
+            Some(job) if self.writer_lends.load(Ordering::Acquire) => {
+                self.drain_records(job, max, LEND_ROOM)
+            }
             _ => 0,
         };
         if n > 0 {
